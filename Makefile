@@ -1,0 +1,33 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+# Both create .venv when missing and install the pinned CPU stack once (re-run only when setup.cfg changes).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.envace-installed
+# torch is pinned first so that nothing later resolves a multi-GB CUDA build.
+TORCH := torch==2.13.0
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) setup.cfg pyproject.toml
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/envace demo
+
+test: setup
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/env_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis runs

@@ -1,0 +1,41 @@
+"""Tool backends: the :class:`Backend` protocol, real Python backends, and the backend registry.
+
+Tasks name their backend by a registered name (``"builtin/retail"``); :func:`make_backend` builds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .._registry import Registry
+from .base import Backend, ToolResult, state_digest, validate_call
+from .python import PythonBackend, Toolkit, tool
+
+__all__ = [
+    "Backend",
+    "ToolResult",
+    "PythonBackend",
+    "Toolkit",
+    "tool",
+    "validate_call",
+    "state_digest",
+    "register_backend",
+    "make_backend",
+    "backend_names",
+]
+
+_BACKENDS: Registry[Backend] = Registry("backend")
+
+
+def register_backend(name: str, factory: Callable[..., Backend] | str, *, overwrite: bool = False) -> None:
+    """Register a backend factory (a callable, or a lazy ``"module:attr"`` string) under ``name``."""
+    _BACKENDS.register(name, factory, overwrite=overwrite)
+
+
+def make_backend(name: str, **kwargs: Any) -> Backend:
+    """Build a fresh backend instance by registered name."""
+    return _BACKENDS.make(name, **kwargs)
+
+
+def backend_names() -> list[str]:
+    return _BACKENDS.names()

@@ -1,0 +1,91 @@
+"""The backend protocol every tool source implements (Python code, MCP, replay cache, imagination)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
+
+from ..calls import CallError, ErrorCode, ToolCall, canonical_json
+from ..tools import ToolSpec
+
+if TYPE_CHECKING:
+    from ..tasks import Task
+
+__all__ = ["ToolResult", "Backend", "validate_call", "state_digest"]
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The outcome of one call: a JSON ``content`` on success, or a structured ``error``."""
+
+    call: ToolCall
+    content: Any = None
+    error: CallError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def payload(self) -> Any:
+        """What the agent is shown: the content, or ``{"error": {"code", "message"}}``."""
+        if self.error is None:
+            return self.content
+        return {"error": {"code": self.error.code.value, "message": self.error.message}}
+
+    def to_message_content(self) -> str:
+        return json.dumps(self.payload(), ensure_ascii=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.call.name, "arguments": self.call.arguments, "ok": self.ok}
+        out["content"] = self.content if self.ok else None
+        if self.error is not None:
+            out["error"] = self.error.to_dict()
+        return out
+
+    @classmethod
+    def failure(cls, call: ToolCall, code: ErrorCode, message: str) -> "ToolResult":
+        return cls(call, None, CallError(code, message, call.name))
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the environment needs from a tool source.
+
+    ``reset`` starts a fresh episode from the task's initial state; ``execute`` runs one call (after the
+    deterministic checks of :func:`validate_call`) and never raises; ``state`` is a JSON snapshot and
+    ``state_hash`` its digest; ``call_count`` counts calls since ``reset``.
+    """
+
+    tools: Sequence[ToolSpec]
+    call_count: int
+
+    def reset(self, task: "Task | None" = None, seed: int | None = None) -> None: ...
+
+    def execute(self, call: ToolCall) -> ToolResult: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def state_hash(self) -> str: ...
+
+
+def validate_call(call: ToolCall, specs: Mapping[str, ToolSpec]) -> CallError | None:
+    """The deterministic checks before any execution: the tool exists, and the arguments fit its schema."""
+    spec = specs.get(call.name)
+    if spec is None:
+        available = ", ".join(sorted(specs)) or "none"
+        return CallError(
+            ErrorCode.TOOL_NOT_AVAILABLE, f"tool {call.name!r} is not available; available: {available}", call.name
+        )
+    problems = spec.validate_arguments(call.arguments)
+    if problems:
+        # jsonschema quotes the offending value; clip so a huge argument cannot make a huge message.
+        shown = [p if len(p) <= 300 else p[:297] + "..." for p in problems[:5]]
+        return CallError(ErrorCode.INVALID_PARAMETERS, f"{call.name}: " + "; ".join(shown), call.name)
+    return None
+
+
+def state_digest(state: Any) -> str:
+    """SHA-256 of the canonical JSON of a state snapshot."""
+    return hashlib.sha256(canonical_json(state).encode("utf-8")).hexdigest()

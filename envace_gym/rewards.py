@@ -1,0 +1,193 @@
+"""Verifiable rewards: ``call_match`` (BFCL-style), ``state_match`` (tau2-style) and ``answer_match``.
+
+Each basis scores an episode 0.0 or 1.0; a task lists the bases it is graded on and its reward is their
+product, so reward 1.0 means success. Components are reported separately in ``info``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .calls import ToolCall
+from .tasks import Task
+
+__all__ = [
+    "EpisodeRecord",
+    "call_match",
+    "expected_calls_from_reference",
+    "values_match",
+    "state_match",
+    "answer_match",
+    "normalize_answer",
+    "reference_state_hash",
+    "score_episode",
+]
+
+OPTIONAL = ""  # BFCL's marker in a list of allowed values: the argument may be omitted
+
+
+@dataclass
+class EpisodeRecord:
+    """What the rewards look at: successful calls, each user turn's answer, and the final state hash."""
+
+    calls: list[ToolCall] = field(default_factory=list)
+    turn_answers: list[str | None] = field(default_factory=list)
+    final_state_hash: str | None = None
+
+
+# ---------------------------------------------------------------------------- call_match
+def expected_calls_from_reference(task: Task) -> list[dict[str, dict[str, list[Any]]]]:
+    """BFCL-style possible answers ``[{name: {arg: [allowed values]}}]`` from the reference calls.
+
+    Optional parameters the reference leaves out may be omitted or given their default.
+    """
+    specs = {s.name: s for s in task.tool_specs}
+    expected = []
+    for ref in task.reference_calls:
+        allowed: dict[str, list[Any]] = {k: [v] for k, v in ref.arguments.items()}
+        spec = specs.get(ref.name)
+        if spec is not None:
+            required = set(spec.parameters.get("required", []))
+            for pname, pschema in spec.parameters.get("properties", {}).items():
+                if pname not in allowed and pname not in required:
+                    allowed[pname] = [OPTIONAL] + ([pschema["default"]] if "default" in pschema else [])
+        expected.append({ref.name: allowed})
+    return expected
+
+
+def _norm_str(s: str) -> str:
+    # BFCL's string normalisation: case- and punctuation-insensitive.
+    return re.sub(r"[ ,./\-_*^]", "", s).lower()
+
+
+def values_match(value: Any, allowed: Any) -> bool:
+    """BFCL value semantics: int accepted for float, strings normalised, lists/dicts compared deeply."""
+    if isinstance(allowed, bool) or isinstance(value, bool):
+        return type(value) is type(allowed) and value == allowed
+    if isinstance(allowed, float) and isinstance(value, (int, float)):
+        return float(value) == allowed
+    if isinstance(allowed, int) and isinstance(value, int):
+        return value == allowed
+    if isinstance(allowed, str) and isinstance(value, str):
+        return _norm_str(value) == _norm_str(allowed)
+    if isinstance(allowed, list) and isinstance(value, list):
+        return len(value) == len(allowed) and all(values_match(v, a) for v, a in zip(value, allowed))
+    if isinstance(allowed, dict) and isinstance(value, dict):
+        return value.keys() == allowed.keys() and all(values_match(value[k], allowed[k]) for k in allowed)
+    return value == allowed and type(value) is type(allowed)
+
+
+def _call_fits(call: ToolCall, expected: Mapping[str, Mapping[str, list[Any]]]) -> bool:
+    (name, args), = expected.items()
+    if call.name != name:
+        return False
+    for arg in call.arguments:
+        if arg not in args:
+            return False
+    for arg, allowed in args.items():
+        if arg not in call.arguments:
+            if OPTIONAL not in allowed:
+                return False
+        elif not any(values_match(call.arguments[arg], a) for a in allowed if a != OPTIONAL):
+            return False
+    return True
+
+
+def call_match(calls: Sequence[ToolCall], expected: Sequence[Mapping[str, Mapping[str, list[Any]]]]) -> float:
+    """1.0 when the calls and the expected calls pair up one-to-one, in any order; else 0.0."""
+    if len(calls) != len(expected):
+        return 0.0
+    fits = [[j for j, exp in enumerate(expected) if _call_fits(c, exp)] for c in calls]
+    match_of: dict[int, int] = {}  # expected index -> call index
+
+    def augment(i: int, seen: set[int]) -> bool:  # Kuhn's bipartite matching
+        for j in fits[i]:
+            if j in seen:
+                continue
+            seen.add(j)
+            if j not in match_of or augment(match_of[j], seen):
+                match_of[j] = i
+                return True
+        return False
+
+    return 1.0 if all(augment(i, set()) for i in range(len(calls))) else 0.0
+
+
+# ---------------------------------------------------------------------------- answer_match
+_NUMBER = re.compile(r"^-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
+_STRIP_LEAD = "$€£(\"'[{"
+_STRIP_TRAIL = ".,;:!?)%\"']}"
+
+
+def _canonical_number(token: str) -> str:
+    value = float(token.replace(",", ""))
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{round(value, 6):.6f}".rstrip("0").rstrip(".")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, punctuation-trimmed tokens with numbers in one canonical form ("1,200.50" -> "1200.5")."""
+    tokens = []
+    for raw in text.lower().split():
+        tok = raw.lstrip(_STRIP_LEAD).rstrip(_STRIP_TRAIL)
+        if not tok:
+            continue
+        tokens.append(_canonical_number(tok) if _NUMBER.match(tok) else tok)
+    return " ".join(tokens)
+
+
+def answer_match(turn_answers: Sequence[str | None], task: Task) -> float:
+    """1.0 when every user turn's answer contains each of that turn's required strings (normalised)."""
+    for t, ref in enumerate(task.reference):
+        if not ref.answer_contains:
+            continue
+        answer = turn_answers[t] if t < len(turn_answers) else None
+        if answer is None:
+            return 0.0
+        haystack = f" {normalize_answer(answer)} "
+        if not all(f" {normalize_answer(s)} " in haystack for s in ref.answer_contains):
+            return 0.0
+    return 1.0
+
+
+# ---------------------------------------------------------------------------- state_match
+def reference_state_hash(task: Task, make_backend: Callable[[], Any]) -> str:
+    """The state hash after replaying the reference calls on a fresh backend (tau2's DB check)."""
+    backend = make_backend()
+    backend.reset(task, seed=0)
+    for ref in task.reference_calls:
+        backend.execute(ref.call)
+    return backend.state_hash()
+
+
+def state_match(final_state_hash: str | None, expected_hash: str) -> float:
+    return 1.0 if final_state_hash is not None and final_state_hash == expected_hash else 0.0
+
+
+# ---------------------------------------------------------------------------- composition
+def score_episode(
+    task: Task,
+    record: EpisodeRecord,
+    expected_state_hash: Callable[[], str] | None = None,
+    expected_calls: Iterable[Mapping[str, Mapping[str, list[Any]]]] | None = None,
+) -> tuple[float, dict[str, float]]:
+    """Reward (product of the task's bases) and the per-basis components."""
+    components: dict[str, float] = {}
+    for basis in task.reward:
+        if basis == "call_match":
+            exp = list(expected_calls) if expected_calls is not None else expected_calls_from_reference(task)
+            components[basis] = call_match(record.calls, exp)
+        elif basis == "state_match":
+            if expected_state_hash is None:
+                raise ValueError(f"task {task.id!r} is graded on state_match but no reference state is available")
+            components[basis] = state_match(record.final_state_hash, expected_state_hash())
+        elif basis == "answer_match":
+            components[basis] = answer_match(record.turn_answers, task)
+    reward = 1.0
+    for value in components.values():
+        reward *= value
+    return reward, components
+

@@ -1,0 +1,49 @@
+"""Builtin task suites: stateful, deterministic pure-Python domains with generated tasks.
+
+Each domain module defines a :class:`~envace_gym.backends.Toolkit`, ``make_backend(**kwargs)`` and
+``generate(split, count) -> list[Task]``. Suites are generated from fixed seeds, so every process sees the
+same tasks; the test split uses held-out entities and phrasings.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+
+from envace_gym.tasks import TaskSuite
+
+DOMAINS = ("bank", "files", "retail", "travel")
+SPLIT_SIZES = {"train": 600, "test": 150}  # per domain: 2,400 train and 600 test tasks in the mix
+
+
+@lru_cache(maxsize=None)
+def load_domain(domain: str) -> TaskSuite:
+    """All splits of one builtin domain."""
+    if domain not in DOMAINS:
+        raise KeyError(f"unknown builtin domain {domain!r}; choose from {', '.join(DOMAINS)}")
+    module = importlib.import_module(f"envace_gym.envs.builtin.{domain}")
+    tasks = [t for split, n in SPLIT_SIZES.items() for t in module.generate(split, n)]
+    return TaskSuite(tasks, name=f"builtin/{domain}")
+
+
+def load_mix() -> TaskSuite:
+    """Every builtin domain, interleaved by index so that any prefix is a balanced mix."""
+    suites = [load_domain(d) for d in DOMAINS]
+    mixed = []
+    for split in SPLIT_SIZES:
+        per_domain = [s.filter(split=split) for s in suites]
+        for i in range(max(len(s) for s in per_domain)):
+            mixed.extend(s[i] for s in per_domain if i < len(s))
+    return TaskSuite(mixed, name="builtin")
+
+
+def _domain_loader(domain: str):
+    def load() -> TaskSuite:
+        return load_domain(domain)
+
+    load.__name__ = f"load_{domain}"
+    return load
+
+
+for _d in DOMAINS:
+    globals()[f"load_{_d}"] = _domain_loader(_d)
