@@ -83,7 +83,7 @@ class RandomPolicy:
         tools = [t["function"] for t in info.get("tools", [])]
         if not tools or self._calls >= self.max_calls or self.rng.random() > self.p_call:
             self._calls = 0
-            return self.rng.choice(["OK.", "Here you go.", "The answer is 42.", observation[:40] or "Hello."])
+            return self.rng.choice(["OK.", "Here you go.", "The answer is 42.", "Done, anything else?", "Hello."])
         self._calls += 1
         roll = self.rng.random()
         if roll < 0.1:

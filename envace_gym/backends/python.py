@@ -92,7 +92,6 @@ class PythonBackend:
         self._all_specs = {**{n: s for n, (_, s) in self.toolkit_cls.tool_methods().items()},
                            **{n: s for n, (_, s) in self._functions.items()}}
         self._specs = dict(self._all_specs)
-        self._initial_state: dict[str, Any] = {}
         self._toolkit = self.toolkit_cls({})
         self.call_count = 0
         self.timeouts = 0
@@ -104,8 +103,7 @@ class PythonBackend:
 
     def reset(self, task: "Task | None" = None, seed: int | None = None) -> None:
         """Fresh state from the task's initial state; the episode's tools are the task's, if it lists any."""
-        self._initial_state = copy.deepcopy(task.initial_state) if task is not None else {}
-        self._toolkit = self.toolkit_cls(self._initial_state)
+        self._toolkit = self.toolkit_cls(task.initial_state if task is not None else {})  # Toolkit copies it
         self.call_count = 0
         if task is not None and task.tools:
             # The task's own schemas are authoritative (a task may withhold or restate tools).

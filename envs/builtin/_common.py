@@ -36,8 +36,7 @@ class ReferenceRecorder:
 
         rec = ReferenceRecorder(RetailToolkit, state)
         (customer,) = rec.step(("find_customer", {"email": email}))
-        rec.answer("Your order ... ", contains=["O-1234"])
-        rec.next_turn()  # only for multi-turn tasks, before the next user turn's steps
+        rec.answer("Your order ... ", contains=["O-1234"])  # closes the turn; later steps belong to the next
         task = rec.build(id=..., domain=..., split=..., user_turns=[...], reward=[...])
     """
 
