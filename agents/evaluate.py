@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from .scripted import TextPolicy
 
-__all__ = ["EpisodeResult", "EvalReport", "evaluate"]
+__all__ = ["EpisodeResult", "EvalReport", "evaluate", "count_calls"]
 
 _INVALID_CODES = {"INVALID_TOOL_CALL_FORMAT", "TOOL_NOT_AVAILABLE", "INVALID_PARAMETERS"}
 
@@ -59,6 +59,18 @@ class EvalReport:
         return out
 
 
+def count_calls(info: dict[str, Any]) -> tuple[int, int]:
+    """(valid, invalid) call attempts in one step's ``info``.
+
+    A call is valid when it parses, names a declared tool and fits its schema; execution errors such as
+    "no such order" are the world's answer, not an invalid call.
+    """
+    results = info["tool_results"]
+    format_errors = len(info["errors"]) - sum(1 for r in results if not r["ok"])
+    invalid = sum(1 for e in info["errors"] if e["code"] in _INVALID_CODES)
+    return len(results) + format_errors - invalid, invalid
+
+
 def _stats(results: list[EpisodeResult]) -> dict[str, Any]:
     n = len(results)
     attempted = sum(r.calls_ok + r.calls_failed for r in results)
@@ -93,14 +105,9 @@ def evaluate(
         reward, terminated, truncated = 0.0, False, False
         while not (terminated or truncated):
             obs, reward, terminated, truncated, info = env.step(policy.act(obs, info))
-            # A call is valid when it parses, names a declared tool and fits its schema (execution
-            # errors such as "no such order" are the world's answer, not an invalid call).
-            step_results = info["tool_results"]
-            format_errors = len(info["errors"]) - sum(1 for r in step_results if not r["ok"])
-            invalid = sum(1 for e in info["errors"] if e["code"] in _INVALID_CODES)
-            attempts = len(step_results) + format_errors
-            ok += attempts - invalid
-            failed += invalid
+            step_ok, step_bad = count_calls(info)
+            ok += step_ok
+            failed += step_bad
         results.append(
             EpisodeResult(
                 task_id=task.id,

@@ -1,0 +1,147 @@
+"""Prompt rendering with tools, and role-tagged token streams that grow turn by turn.
+
+The conversation is rendered with the tokenizer's chat template. When the template takes ``tools=``, the
+schemas go there; otherwise (SmolLM2's template has no tool support) a Hermes-style ``<tools>`` block is
+added to the system message, telling the model the call format that :mod:`envace_gym.calls` parses.
+
+A :class:`TokenStream` holds the token ids of one conversation with a role tag per token. New messages are
+appended as the *text difference* between successive renders, so the tokens the policy generated are kept
+exactly as sampled (re-tokenising generated text need not give the same ids).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+__all__ = ["ROLES", "ChatFormat", "TokenStream", "TemplateError", "compact_signature"]
+
+#: Per-token role tags of a trajectory.
+ROLES = ("prompt", "actor", "external", "env_role", "user")
+
+_HERMES_TOOLS = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>\n'
+    "Several <tool_call> blocks in one message run in parallel. When no more calls are needed, answer the "
+    "user in plain text without any tool call."
+)
+
+
+_COMPACT_TOOLS = (
+    "You can call these tools:\n{tools}\n"
+    'To call a tool, write <tool_call>{{"name": "<tool>", "arguments": {{<JSON arguments>}}}}</tool_call>; '
+    "several blocks in one message run in parallel. When you have what you need, answer in plain text "
+    "without any tool call."
+)
+
+
+def _type_label(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return "|".join(json.dumps(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return "|".join(_type_label(s) for s in schema["anyOf"])
+    kind = schema.get("type", "any")
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"list[{_type_label(schema['items'])}]"
+    return "|".join(kind) if isinstance(kind, list) else str(kind)
+
+
+def compact_signature(tool: dict[str, Any]) -> str:
+    """``name(arg: type, opt?: type = default): description``: a tool in a tenth of its JSON tokens."""
+    fn = tool.get("function", tool)
+    params = fn.get("parameters", {})
+    required = set(params.get("required", []))
+    args = []
+    for name, schema in params.get("properties", {}).items():
+        label = f"{name}{'' if name in required else '?'}: {_type_label(schema)}"
+        if "default" in schema:
+            label += f" = {json.dumps(schema['default'])}"
+        args.append(label)
+    desc = fn.get("description", "")
+    return f"- {fn['name']}({', '.join(args)})" + (f": {desc}" if desc else "")
+
+
+class TemplateError(RuntimeError):
+    """The chat template does not render conversations as a growing prefix."""
+
+
+class ChatFormat:
+    """Renders messages (+ tool schemas) to prompt text for one tokenizer.
+
+    Args:
+        tokenizer: a tokenizer with a chat template.
+        tool_format: for templates without native tool support, how tools are described in the system
+            message: ``"compact"`` (one signature line per tool; the default, about 10x fewer prompt tokens,
+            which matters on CPU) or ``"hermes"`` (the full JSON schemas in a ``<tools>`` block).
+    """
+
+    def __init__(self, tokenizer: Any, tool_format: str = "compact") -> None:
+        if tool_format not in ("compact", "hermes"):
+            raise ValueError(f"tool_format must be 'compact' or 'hermes', got {tool_format!r}")
+        self.tokenizer = tokenizer
+        self.tool_format = tool_format
+        template = getattr(tokenizer, "chat_template", None) or ""
+        if not template:
+            raise TemplateError("the tokenizer has no chat template")
+        self.native_tools = "tools" in template
+
+    def render(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), add_generation_prompt: bool = True) -> str:
+        msgs = [self._plain(m) for m in messages]
+        kwargs: dict[str, Any] = {}
+        if tools and self.native_tools:
+            kwargs["tools"] = list(tools)
+        elif tools:
+            if self.tool_format == "compact":
+                block = _COMPACT_TOOLS.format(tools="\n".join(compact_signature(t) for t in tools))
+            else:
+                block = _HERMES_TOOLS.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+            if msgs and msgs[0]["role"] == "system":
+                msgs[0] = {"role": "system", "content": f"{msgs[0]['content']}\n\n{block}"}
+            else:
+                msgs.insert(0, {"role": "system", "content": block})
+        return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+
+    @staticmethod
+    def _plain(message: dict[str, Any]) -> dict[str, Any]:
+        # Assistant messages keep their raw text (which already holds the <tool_call> blocks), so the parsed
+        # tool_calls are dropped here: rendering both would show every call twice.
+        out = {"role": message["role"], "content": message.get("content") or ""}
+        if message["role"] == "tool" and message.get("name"):
+            out["name"] = message["name"]
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+@dataclass
+class TokenStream:
+    """The token ids of one conversation so far, a role per token, and actor logprobs (0.0 elsewhere)."""
+
+    ids: list[int] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: str = ""  # the rendered text these tokens stand for
+
+    def extend(self, ids: Sequence[int], role: str, text: str, logprobs: Sequence[float] | None = None) -> None:
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}")
+        self.ids.extend(ids)
+        self.roles.extend([role] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+        self.text += text
+
+    def append_render(self, fmt: ChatFormat, rendered: str, role: str) -> None:
+        """Append what ``rendered`` (a full render of the conversation) adds beyond ``self.text``."""
+        if not rendered.startswith(self.text):
+            raise TemplateError(
+                "the chat template re-renders earlier turns differently, so turns cannot be appended "
+                "token-exactly; use a template whose renders grow as a prefix (ChatML, Llama 3, Qwen)"
+            )
+        suffix = rendered[len(self.text):]
+        if suffix:
+            self.extend(fmt.encode(suffix), role, suffix)

@@ -1,0 +1,302 @@
+"""Generation engines: batched sampling with exact per-token logprobs and KV-cache reuse across turns.
+
+:class:`HFEngine` runs any transformers causal LM with its own decoding loop (not ``model.generate``) so
+that it can (1) record the log-probability of every sampled token under the sampling distribution, and
+(2) keep each conversation's KV cache between turns: the next turn of a conversation encodes only the
+tokens added since its last generation (tool results, the next user message), in one batched forward
+pass with the other conversations.
+
+Batched layout, per row ``i`` with a reused cache of ``c_i`` tokens and ``s_i`` new tokens::
+
+    [pad ... | cached c_i | pad ... | new s_i]   (attention mask 0 on pads, positions continue per row)
+
+so every row's newest token sits in the last column and decoding proceeds in lockstep.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+__all__ = ["SamplingConfig", "Generation", "HFEngine", "VLLMEngine", "vllm_available"]
+
+
+@dataclass
+class SamplingConfig:
+    """How to sample. ``temperature=0`` is greedy decoding (logprobs are then at temperature 1).
+
+    Recorded logprobs are of the full (untruncated) distribution at ``temperature``, which is what a
+    teacher-forced forward pass at the same temperature gives; ``top_p`` only restricts what is drawn.
+    """
+
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_new_tokens: int = 128
+    seed: int | None = 0
+
+
+@dataclass
+class Generation:
+    """One sampled completion: its text (stop token removed), token ids (stop token kept) and logprobs."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (an end-of-turn token) or "length"
+    prompt_tokens: int = 0  # tokens encoded for this call (after cache reuse)
+
+
+@dataclass
+class _CacheEntry:
+    ids: list[int]  # the tokens whose keys/values are stored
+    layers: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [1, kv_heads, len, head_dim]
+
+
+class HFEngine:
+    """Batched generation over a transformers model, with per-conversation KV caches.
+
+    Args:
+        model: a causal LM (eval mode is set here).
+        tokenizer: its tokenizer.
+        stop_token_ids: token ids that end a turn (default: EOS and ``<|im_end|>`` if present).
+        max_cached: conversations whose caches are kept (least recently used are dropped).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, stop_token_ids: Sequence[int] | None = None, max_cached: int = 256) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = next(model.parameters()).device
+        if stop_token_ids is None:
+            stop = {tokenizer.eos_token_id}
+            im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+            if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+                stop.add(im_end)
+            stop_token_ids = sorted(s for s in stop if s is not None)
+        self.stop_token_ids = list(stop_token_ids)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
+        self.max_cached = max_cached
+        self._caches: OrderedDict[str, _CacheEntry] = OrderedDict()
+        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
+        # transformers 5 renamed `past_key_values` to `cache`; accept both generations of models.
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    # ------------------------------------------------------------------ public
+    def drop(self, key: str) -> None:
+        """Forget a conversation's cache (at the end of its episode)."""
+        self._caches.pop(key, None)
+
+    def clear(self) -> None:
+        self._caches.clear()
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        keys: Sequence[str | None] | None = None,
+        generator: torch.Generator | None = None,
+    ) -> list[Generation]:
+        """Continue each prompt (token ids); ``keys`` name conversations whose caches may be reused/kept."""
+        if not prompts:
+            return []
+        keys = list(keys) if keys is not None else [None] * len(prompts)
+        if generator is None and sampling.seed is not None:
+            generator = torch.Generator(device="cpu").manual_seed(sampling.seed)
+        reused = [self._reusable(k, p) for k, p in zip(keys, prompts)]
+        batch = _Batch.build(prompts, reused, self.pad_id, self.device)
+        self.stats["prompt_tokens"] += sum(len(p) - (len(r.ids) if r else 0) for p, r in zip(prompts, reused))
+        self.stats["reused_tokens"] += sum(len(r.ids) for r in reused if r)
+
+        past = batch.cache  # a DynamicCache, grown in place by every forward pass
+        out = self.model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.mask,
+            position_ids=batch.positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kw: past},
+        )
+        logits = out.logits[:, -1, :]
+        n = len(prompts)
+        gen_ids: list[list[int]] = [[] for _ in range(n)]
+        gen_lps: list[list[float]] = [[] for _ in range(n)]
+        finished = [False] * n
+        reasons = ["length"] * n
+        next_pos = batch.next_positions.clone()
+        mask = batch.mask
+        stop = torch.tensor(self.stop_token_ids, device=self.device)
+        for step in range(sampling.max_new_tokens):
+            tokens, lps = _sample(logits, sampling, generator)
+            is_stop = torch.isin(tokens, stop)
+            for i in range(n):
+                if finished[i]:
+                    continue
+                gen_ids[i].append(int(tokens[i]))
+                gen_lps[i].append(float(lps[i]))
+                if bool(is_stop[i]):
+                    finished[i], reasons[i] = True, "stop"
+            if all(finished) or step == sampling.max_new_tokens - 1:
+                break
+            active = torch.tensor([not f for f in finished], device=self.device)
+            feed = torch.where(active, tokens, torch.full_like(tokens, self.pad_id))
+            mask = torch.cat([mask, active.long()[:, None]], dim=1)
+            out = self.model(
+                input_ids=feed[:, None],
+                attention_mask=mask,
+                position_ids=next_pos[:, None],
+                use_cache=True,
+                **{self._cache_kw: past},
+            )
+            logits = out.logits[:, -1, :]
+            next_pos = next_pos + active.long()
+
+        results = []
+        for i in range(n):
+            self.stats["generated_tokens"] += len(gen_ids[i])
+            if keys[i] is not None:
+                # The cache holds the prompt plus every generated token except the last (never fed back).
+                self._store(keys[i], i, list(prompts[i]) + gen_ids[i][:-1], past, mask[i])
+            text_ids = gen_ids[i][:-1] if reasons[i] == "stop" else gen_ids[i]
+            results.append(
+                Generation(
+                    text=self.tokenizer.decode(text_ids, skip_special_tokens=False),
+                    token_ids=gen_ids[i],
+                    logprobs=gen_lps[i],
+                    finish_reason=reasons[i],
+                    prompt_tokens=len(prompts[i]) - (len(reused[i].ids) if reused[i] else 0),
+                )
+            )
+        return results
+
+    # ------------------------------------------------------------------ caches
+    def _reusable(self, key: str | None, prompt: Sequence[int]) -> _CacheEntry | None:
+        entry = self._caches.get(key) if key is not None else None
+        if entry is None:
+            return None
+        n = len(entry.ids)
+        # At least one new token must be fed to get logits for the next position.
+        if n < len(prompt) and list(prompt[:n]) == entry.ids:
+            self._caches.move_to_end(key)
+            return entry
+        return None
+
+    def _store(self, key: str, row: int, ids: list[int], past: Any, row_mask: torch.Tensor) -> None:
+        keep = row_mask.nonzero().squeeze(-1)
+        if keep.numel() != len(ids):  # pragma: no cover - a bookkeeping bug, never silently store garbage
+            raise RuntimeError(f"cache bookkeeping mismatch: {keep.numel()} positions for {len(ids)} tokens")
+        layers = [(layer.keys[row : row + 1, :, keep, :].clone(), layer.values[row : row + 1, :, keep, :].clone()) for layer in past.layers]
+        self._caches[key] = _CacheEntry(ids, layers)
+        self._caches.move_to_end(key)
+        while len(self._caches) > self.max_cached:
+            self._caches.popitem(last=False)
+
+
+@dataclass
+class _Batch:
+    input_ids: torch.Tensor
+    mask: torch.Tensor
+    positions: torch.Tensor
+    next_positions: torch.Tensor
+    cache: Any
+
+    @classmethod
+    def build(cls, prompts: Sequence[Sequence[int]], reused: Sequence[_CacheEntry | None], pad_id: int, device: torch.device) -> "_Batch":
+        from transformers import DynamicCache
+
+        n = len(prompts)
+        cached = [len(r.ids) if r else 0 for r in reused]
+        new = [list(p[c:]) for p, c in zip(prompts, cached)]
+        lc, s = max(cached), max(len(x) for x in new)
+        input_ids = torch.full((n, s), pad_id, dtype=torch.long)
+        positions = torch.ones((n, s), dtype=torch.long)
+        mask = torch.zeros((n, lc + s), dtype=torch.long)
+        for i, (c, toks) in enumerate(zip(cached, new)):
+            mask[i, lc - c : lc] = 1
+            mask[i, lc + s - len(toks) :] = 1
+            input_ids[i, s - len(toks) :] = torch.tensor(toks, dtype=torch.long)
+            positions[i, s - len(toks) :] = torch.arange(c, c + len(toks))
+        cache = DynamicCache()
+        if lc > 0:
+            template = next(r for r in reused if r)
+            layers = []
+            for li, (k0, v0) in enumerate(template.layers):
+                ks, vs = [], []
+                for r, c in zip(reused, cached):
+                    pad = lc - c
+                    k = r.layers[li][0] if r else k0.new_zeros((1, k0.shape[1], 0, k0.shape[3]))
+                    v = r.layers[li][1] if r else v0.new_zeros((1, v0.shape[1], 0, v0.shape[3]))
+                    if pad:
+                        k = torch.cat([k.new_zeros((1, k.shape[1], pad, k.shape[3])), k], dim=2)
+                        v = torch.cat([v.new_zeros((1, v.shape[1], pad, v.shape[3])), v], dim=2)
+                    ks.append(k)
+                    vs.append(v)
+                layers.append((torch.cat(ks).to(device), torch.cat(vs).to(device)))
+            cache = DynamicCache(ddp_cache_data=layers)
+        next_positions = torch.tensor([c + len(t) for c, t in zip(cached, new)], dtype=torch.long)
+        return cls(input_ids.to(device), mask.to(device), positions.to(device), next_positions.to(device), cache)
+
+
+def _sample(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = logits.float()
+    if cfg.temperature <= 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+    logp = torch.log_softmax(logits / cfg.temperature, dim=-1)
+    probs = logp.exp()
+    if cfg.top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        drop = sorted_p.cumsum(dim=-1) - sorted_p > cfg.top_p  # keep the smallest set reaching top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(1, order, sorted_p)
+    tokens = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
+    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def vllm_available() -> bool:
+    """vLLM is used only when importable and a CUDA device is present."""
+    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+
+
+class VLLMEngine:  # pragma: no cover - needs a GPU and vllm; never required by tests
+    """Generation through vLLM (GPU only). Same ``generate`` contract; prefix caching replaces our KV reuse."""
+
+    def __init__(self, model_path: str, tokenizer: Any, stop_token_ids: Sequence[int], **kwargs: Any) -> None:
+        if not vllm_available():
+            raise RuntimeError("VLLMEngine needs the vllm package and a CUDA GPU")
+        from vllm import LLM
+
+        self.tokenizer = tokenizer
+        self.stop_token_ids = list(stop_token_ids)
+        self.llm = LLM(model=model_path, enable_prefix_caching=True, **kwargs)
+        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
+
+    def drop(self, key: str) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+    def generate(self, prompts, sampling: SamplingConfig, keys=None, generator=None) -> list[Generation]:
+        from vllm import SamplingParams, TokensPrompt
+
+        params = SamplingParams(
+            temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens,
+            seed=sampling.seed, logprobs=0, stop_token_ids=self.stop_token_ids,
+        )
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        results = []
+        for p, o in zip(prompts, outs):
+            c = o.outputs[0]
+            ids = list(c.token_ids)
+            lps = [next(iter(d.values())).logprob for d in (c.logprobs or [])]
+            stopped = bool(ids) and ids[-1] in self.stop_token_ids
+            text_ids = ids[:-1] if stopped else ids
+            results.append(Generation(self.tokenizer.decode(text_ids), ids, lps, "stop" if stopped else "length", len(p)))
+        return results

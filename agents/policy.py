@@ -1,0 +1,118 @@
+"""``LMPolicy``: one causal LM playing the actor (tool-calling assistant) and the environment role.
+
+>>> policy = LMPolicy.default()                      # embedded SmolLM2-135M-Instruct, offline
+>>> gen = policy.act(info["messages"], info["tools"])  # Generation(text, token_ids, logprobs, ...)
+>>> obs, reward, *_ = env.step(gen.text)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .chat import ChatFormat
+from .engine import Generation, HFEngine, SamplingConfig
+from .models import load_model_and_tokenizer
+
+__all__ = ["LMPolicy", "ImagineRequest", "Generation", "SamplingConfig"]
+
+
+@dataclass
+class ImagineRequest:
+    """A request to the environment role: the simulator prompt (as chat messages) and what it is about.
+
+    The rehearsal wrapper builds ``messages`` (tool schemas, grounding examples, the conversation so far,
+    the current call); ``key`` names a conversation whose KV cache may be reused.
+    """
+
+    messages: list[dict[str, Any]]
+    tool: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None
+
+
+class LMPolicy:
+    """A tool-calling policy over a transformers causal LM and its tokenizer.
+
+    Args:
+        model: the causal LM (its weights are what training updates).
+        tokenizer: its tokenizer, with a chat template.
+        sampling: default sampling settings for :meth:`act` and :meth:`imagine`.
+        name: how reports refer to this policy.
+        engine: a generation engine; default :class:`HFEngine` over ``model``.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, sampling: SamplingConfig | None = None, name: str = "custom", engine: Any = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.sampling = sampling or SamplingConfig()
+        self.name = name
+        self.chat = ChatFormat(tokenizer)
+        self.engine = engine or HFEngine(model, tokenizer)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_spec(cls, spec: str, sampling: SamplingConfig | None = None, progress: bool = True) -> "LMPolicy":
+        """``default`` | ``tiny`` | ``ckpt:DIR`` | ``hf:PATH_OR_ID`` | ``gguf:PATH`` (see :mod:`.models`)."""
+        if spec == "tiny":
+            from .testing import tiny_policy
+
+            return tiny_policy(sampling=sampling)
+        model, tokenizer = load_model_and_tokenizer(spec, progress=progress)
+        return cls(model, tokenizer, sampling, name=spec)
+
+    @classmethod
+    def default(cls, sampling: SamplingConfig | None = None) -> "LMPolicy":
+        """The embedded SmolLM2-135M-Instruct (converted to a local safetensors cache on first use)."""
+        return cls.from_spec("default", sampling)
+
+    def save(self, out_dir: str | Path) -> Path:
+        """Write a safetensors checkpoint that loads back with ``LMPolicy.from_spec("ckpt:DIR")``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out, safe_serialization=True)
+        self.tokenizer.save_pretrained(out)
+        return out
+
+    # ------------------------------------------------------------------ prompting
+    def prompt_text(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> str:
+        return self.chat.render(messages, tools, add_generation_prompt=True)
+
+    def prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
+        return self.chat.encode(self.prompt_text(messages, tools))
+
+    # ------------------------------------------------------------------ the two roles
+    def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), sampling: SamplingConfig | None = None) -> Generation:
+        """The actor's next assistant message for one conversation."""
+        return self.act_batch([(messages, tools)], sampling)[0]
+
+    def act_batch(self, conversations: Sequence[tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]], sampling: SamplingConfig | None = None) -> list[Generation]:
+        """The actor's next message for each ``(messages, tools)`` pair, in one batched engine call."""
+        prompts = [self.prompt_ids(m, t) for m, t in conversations]
+        return self.generate_ids(prompts, sampling=sampling)
+
+    def imagine(self, request: ImagineRequest, sampling: SamplingConfig | None = None) -> Generation:
+        """The environment role's answer to one simulator prompt."""
+        return self.imagine_batch([request], sampling)[0]
+
+    def imagine_batch(self, requests: Sequence[ImagineRequest], sampling: SamplingConfig | None = None) -> list[Generation]:
+        prompts = [self.prompt_ids(r.messages) for r in requests]
+        return self.generate_ids(prompts, keys=[r.key for r in requests], sampling=sampling)
+
+    def generate_ids(self, prompts: Sequence[Sequence[int]], keys: Sequence[str | None] | None = None, sampling: SamplingConfig | None = None, generator: torch.Generator | None = None) -> list[Generation]:
+        """Continue token-id prompts with the engine (the rollout engine's entry point)."""
+        return self.engine.generate(prompts, sampling or self.sampling, keys=keys, generator=generator)
+
+    def with_sampling(self, **changes: Any) -> "LMPolicy":
+        """The same model and engine with other default sampling settings."""
+        clone = LMPolicy.__new__(LMPolicy)
+        clone.__dict__.update(self.__dict__)
+        clone.sampling = replace(self.sampling, **changes)
+        return clone
+
+    @property
+    def max_context(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 4096))

@@ -1,0 +1,222 @@
+"""The rollout engine: step a batch of envs in lockstep, one batched generation per step.
+
+Every env's conversation is kept as a role-tagged :class:`~.chat.TokenStream`; its engine KV cache is
+kept between turns, so a turn encodes only the tokens that the env added (tool results, the next user
+message). The result is a list of :class:`Trajectory`: token ids with a role per token, the logprobs that
+generated the actor tokens, the reward and its components, the env-role samples. TRL (``env_mask``),
+verl (``response_mask``) and our trainer read the same record.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import gymnasium as gym
+from tqdm.auto import tqdm
+
+from .chat import ROLES, TokenStream
+from .engine import SamplingConfig
+from .evaluate import EpisodeResult, count_calls
+from .policy import LMPolicy
+
+__all__ = ["EnvRoleSample", "Trajectory", "collect", "save_trajectories", "load_trajectories"]
+
+
+@dataclass
+class EnvRoleSample:
+    """One environment-role generation, kept as its own RL sample (trained with the same reward)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    mode: str = "prompted"
+    tool: str = ""
+    valid: bool = True
+
+
+@dataclass
+class Trajectory:
+    """One episode as tokens: ``roles[i]`` tags ``token_ids[i]`` (prompt/actor/external/env_role/user)."""
+
+    task_id: str
+    domain: str
+    token_ids: list[int]
+    roles: list[str]
+    logprobs: list[float]
+    reward: float
+    components: dict[str, float]
+    success: bool
+    truncated: bool
+    turns: int
+    calls_ok: int = 0
+    calls_failed: int = 0
+    messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    env_role_samples: list[EnvRoleSample] = field(default_factory=list, repr=False)
+    policy: str = ""
+
+    def mask(self, *roles: str) -> list[int]:
+        """1 where the token's role is one of ``roles`` (e.g. ``mask("actor")`` is the loss mask)."""
+        wanted = set(roles)
+        return [1 if r in wanted else 0 for r in self.roles]
+
+    @property
+    def actor_tokens(self) -> int:
+        return sum(self.mask("actor"))
+
+    def to_result(self) -> EpisodeResult:
+        return EpisodeResult(self.task_id, self.domain, self.reward, self.success, self.components, self.turns,
+                             self.truncated, self.calls_ok, self.calls_failed, self.messages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
+        data = dict(data)
+        data["env_role_samples"] = [EnvRoleSample(**s) for s in data.get("env_role_samples", [])]
+        traj = cls(**data)
+        if not (len(traj.token_ids) == len(traj.roles) == len(traj.logprobs)):
+            raise ValueError(f"trajectory {traj.task_id}: token_ids, roles and logprobs differ in length")
+        bad = set(traj.roles) - set(ROLES)
+        if bad:
+            raise ValueError(f"trajectory {traj.task_id}: unknown roles {sorted(bad)}")
+        return traj
+
+
+def save_trajectories(trajectories: Iterable[Trajectory], path: str | Path) -> Path:
+    """One JSON object per line (JSON, never pickle)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for t in trajectories:
+            fh.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+    return path
+
+
+def load_trajectories(path: str | Path) -> list[Trajectory]:
+    out = []
+    with Path(path).open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(Trajectory.from_dict(json.loads(line)))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{path}:{lineno}: not a trajectory: {exc}") from None
+    return out
+
+
+@dataclass
+class _Slot:
+    env: gym.Env
+    index: int
+    episode: int = -1
+    stream: TokenStream = field(default_factory=TokenStream)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    calls_ok: int = 0
+    calls_failed: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"slot{self.index}/ep{self.episode}"
+
+
+def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> list[gym.Env]:
+    if isinstance(envs, gym.vector.SyncVectorEnv):
+        return list(envs.envs)  # stepped directly: conversations need per-env control of resets
+    if isinstance(envs, gym.vector.VectorEnv):
+        raise TypeError("collect() takes a list of envs or a SyncVectorEnv; AsyncVectorEnv sub-envs live in other processes")
+    envs = list(envs)
+    if not envs:
+        raise ValueError("collect() needs at least one env")
+    return envs
+
+
+def collect(
+    envs: Sequence[gym.Env] | gym.vector.VectorEnv,
+    policy: LMPolicy,
+    episodes: int,
+    sampling: SamplingConfig | None = None,
+    task_ids: Sequence[str] | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    desc: str = "rollout",
+) -> list[Trajectory]:
+    """Run ``episodes`` episodes over ``envs`` in lockstep and return their trajectories (in episode order).
+
+    Args:
+        envs: the envs to step (each runs one episode at a time; ``len(envs)`` is the batch size).
+        policy: the :class:`LMPolicy` whose engine generates every actor turn.
+        episodes: how many episodes in total.
+        sampling: overrides ``policy.sampling``; ``sampling.seed`` makes the whole collection reproducible.
+        task_ids: task of episode ``i`` is ``task_ids[i % len]``; default: ``reset(seed=seed + i)`` draws one.
+        seed: base seed for env resets.
+    """
+    sampling = sampling or policy.sampling
+    slots = [_Slot(env, i) for i, env in enumerate(_as_env_list(envs))]
+    results: dict[int, Trajectory] = {}
+    next_episode = 0
+    bar = tqdm(total=episodes, desc=desc, disable=not progress, unit="ep")
+    import torch
+
+    generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+
+    def start(slot: _Slot) -> bool:
+        nonlocal next_episode
+        if next_episode >= episodes:
+            return False
+        slot.episode, next_episode = next_episode, next_episode + 1
+        options = {"task_id": task_ids[slot.episode % len(task_ids)]} if task_ids else None
+        _, info = slot.env.reset(seed=seed + slot.episode, options=options)
+        slot.info, slot.tools = info, info["tools"]
+        slot.stream = TokenStream()
+        slot.calls_ok = slot.calls_failed = 0
+        slot.stream.append_render(policy.chat, policy.prompt_text(info["messages"], slot.tools), "prompt")
+        return True
+
+    def finish(slot: _Slot, reward: float, truncated: bool, info: dict[str, Any]) -> None:
+        policy.engine.drop(slot.key)
+        s = slot.stream
+        results[slot.episode] = Trajectory(
+            task_id=info["task_id"], domain=info.get("domain", ""), token_ids=s.ids, roles=s.roles, logprobs=s.logprobs,
+            reward=float(reward), components=info.get("reward_components", {}), success=bool(info.get("success", False)),
+            truncated=truncated, turns=info.get("turn", 0), calls_ok=slot.calls_ok, calls_failed=slot.calls_failed,
+            messages=info["messages"], policy=policy.name,
+        )
+        bar.update(1)
+
+    active = [s for s in slots if start(s)]
+    while active:
+        # Episodes that would overflow the model's context end here, truncated, with reward 0.
+        for slot in [s for s in active if len(s.stream.ids) + sampling.max_new_tokens > policy.max_context]:
+            finish(slot, 0.0, True, slot.info)
+            active.remove(slot)
+            if start(slot):
+                active.append(slot)
+        if not active:
+            break
+        gens = policy.generate_ids([s.stream.ids for s in active], keys=[s.key for s in active], sampling=sampling, generator=generator)
+        still = []
+        for slot, gen in zip(active, gens):
+            stop_text = policy.tokenizer.decode(gen.token_ids[-1:]) if gen.finish_reason == "stop" else ""
+            slot.stream.extend(gen.token_ids, "actor", gen.text + stop_text, gen.logprobs)
+            _, reward, terminated, truncated, info = slot.env.step(gen.text)
+            ok, bad = count_calls(info)
+            slot.calls_ok += ok
+            slot.calls_failed += bad
+            slot.info = info
+            if terminated or truncated:
+                finish(slot, reward, truncated, info)
+                if start(slot):
+                    still.append(slot)
+                continue
+            role = "user" if info["messages"][-1]["role"] == "user" else "external"
+            slot.stream.append_render(policy.chat, policy.prompt_text(info["messages"], slot.tools), role)
+            still.append(slot)
+        active = still
+    bar.close()
+    return [results[i] for i in sorted(results)]

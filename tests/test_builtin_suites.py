@@ -1,0 +1,99 @@
+"""Properties every builtin domain must have, checked through the real env."""
+
+import json
+
+import gymnasium as gym
+import pytest
+
+import envace_gym
+from envace_gym.agents.evaluate import evaluate
+from envace_gym.agents.scripted import NoopPolicy, OraclePolicy, RandomPolicy
+from envace_gym.suites import load_suite
+from envace_gym.tasks import TaskSuite
+
+DOMAINS = envace_gym.BUILTIN_DOMAINS
+
+
+def test_mix_size_and_balance():
+    mix = load_suite("builtin")
+    assert len(mix.filter(split="train")) >= 2000 and len(mix.filter(split="test")) >= 500
+    assert mix.domains == sorted(DOMAINS)
+    # interleaved, so any prefix is a balanced mix
+    assert {t.domain for t in mix.filter(split="test")[: len(DOMAINS)]} == set(DOMAINS)
+
+
+def _strings(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        yield str(value)
+
+
+def _has_dependent_call(task):
+    """A later call uses a value that only an earlier result revealed (not in any user turn)."""
+    seen: set[str] = set()
+    said = " ".join(task.user_turns)
+    for turn in task.reference:
+        for step in turn.steps:
+            for call in step:
+                if any(v in seen and v not in said for v in _strings(call.arguments)):
+                    return True
+            for call in step:
+                seen.update(s for s in _strings(call.result) if len(s) >= 3)
+    return False
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_domain_has_every_task_kind(domain):
+    train = load_suite(f"builtin/{domain}").filter(split="train")
+    assert any(_has_dependent_call(t) for t in train), "no multi-step task with a revealed dependency"
+    assert any(len(step) >= 2 for t in train for turn in t.reference for step in turn.steps), "no parallel calls"
+    assert any(not t.reference_calls for t in train), "no task that needs no tool"
+    assert any(len(t.user_turns) >= 2 for t in train), "no multi-turn follow-up"
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_test_split_phrasings_are_held_out(domain):
+    suite = load_suite(f"builtin/{domain}")
+    train_texts = {u for t in suite.filter(split="train") for u in t.user_turns}
+    test_texts = [u for t in suite.filter(split="test") for u in t.user_turns]
+    assert sum(u in train_texts for u in test_texts) / len(test_texts) < 0.05
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_oracle_solves_every_test_task(domain):
+    env = gym.make("EnvACE-ToolCall-v0", suite=f"builtin/{domain}", split="test")
+    pool = env.unwrapped.pool
+    report = evaluate(env, OraclePolicy(env.unwrapped.suite), len(pool), progress=False)
+    failures = [r.task_id for r in report.results if not r.success]
+    assert not failures, f"oracle failed on {failures[:5]}"
+    assert len({r.task_id for r in report.results}) == len(pool)
+
+
+@pytest.mark.parametrize("policy", [NoopPolicy(), RandomPolicy(seed=1)], ids=["noop", "random"])
+def test_baselines_score_low(policy):
+    env = gym.make("EnvACE-ToolCall-v0", split="test")
+    summary = evaluate(env, policy, 400, progress=False).summary()
+    assert summary["success_rate"] < 0.3
+    for domain, stats in summary["by_domain"].items():
+        assert stats["success_rate"] < 0.3, domain
+
+
+def test_builtin_suite_jsonl_round_trip(tmp_path):
+    suite = load_suite("builtin").filter(split="test")
+    loaded = TaskSuite.load_jsonl(suite.save_jsonl(tmp_path / "test.jsonl"))
+    assert len(loaded) == len(suite)
+    assert all(json.dumps(a.to_dict(), sort_keys=True) == json.dumps(b.to_dict(), sort_keys=True) for a, b in zip(loaded, suite))
+
+
+def test_generation_is_deterministic_across_processes():
+    import subprocess
+    import sys
+
+    code = "import envace_gym, hashlib, json; s = envace_gym.load_suite('builtin'); print(hashlib.sha256(json.dumps([t.to_dict() for t in s], sort_keys=True).encode()).hexdigest())"
+    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": str(i), "PATH": ""}).stdout for i in (1, 2)}
+    assert len(digests) == 1
