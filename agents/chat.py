@@ -145,3 +145,30 @@ class TokenStream:
         suffix = rendered[len(self.text):]
         if suffix:
             self.extend(fmt.encode(suffix), role, suffix)
+
+
+def encode_conversation(fmt: ChatFormat, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> TokenStream:
+    """A finished conversation as a role-tagged stream: what SFT trains on (loss on ``actor`` tokens).
+
+    Each assistant message is tagged ``actor`` up to and including its end-of-turn token; template text
+    after that (newlines, the next header) and tool results are ``external``, user turns ``user``.
+    """
+    first_assistant = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    stream = TokenStream()
+    stream.append_render(fmt, fmt.render(messages[:first_assistant], tools, add_generation_prompt=True), "prompt")
+    eot = fmt.tokenizer.eos_token or ""
+    for i in range(first_assistant, len(messages)):
+        role = messages[i]["role"]
+        if role == "assistant":
+            upto = fmt.render(messages[: i + 1], tools, add_generation_prompt=False)
+            if not upto.startswith(stream.text):
+                raise TemplateError("the chat template does not render conversations as a growing prefix")
+            added = upto[len(stream.text):]
+            cut = added.find(eot, len(messages[i].get("content") or "")) if eot else -1
+            actor_text = added[: cut + len(eot)] if cut >= 0 else added
+            stream.extend(fmt.encode(actor_text), "actor", actor_text)
+            continue
+        nxt = messages[i + 1]["role"] if i + 1 < len(messages) else None
+        rendered = fmt.render(messages[: i + 1], tools, add_generation_prompt=nxt == "assistant")
+        stream.append_render(fmt, rendered, "user" if role == "user" else "external")
+    return stream

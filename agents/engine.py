@@ -65,9 +65,18 @@ class HFEngine:
         tokenizer: its tokenizer.
         stop_token_ids: token ids that end a turn (default: EOS and ``<|im_end|>`` if present).
         max_cached: conversations whose caches are kept (least recently used are dropped).
+        bf16: run forward passes under bfloat16 autocast (about 1.5x faster decoding on CPUs with
+            AVX512-BF16; logprobs then carry bf16 rounding). Weights stay in float32.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, stop_token_ids: Sequence[int] | None = None, max_cached: int = 256) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        stop_token_ids: Sequence[int] | None = None,
+        max_cached: int = 256,
+        bf16: bool = False,
+    ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = next(model.parameters()).device
@@ -81,7 +90,10 @@ class HFEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
         self.max_cached = max_cached
         self._caches: OrderedDict[str, _CacheEntry] = OrderedDict()
-        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
+        # Shared prompt prefixes (system message + tool list): computed once, reused by every conversation.
+        self._prefixes: OrderedDict[tuple[int, ...], _CacheEntry] = OrderedDict()
+        self.bf16 = bf16
+        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0, "prefix_tokens": 0}
         # transformers 5 renamed `past_key_values` to `cache`; accept both generations of models.
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -92,23 +104,37 @@ class HFEngine:
         self._caches.pop(key, None)
 
     def clear(self) -> None:
+        """Forget all caches (after the weights change)."""
         self._caches.clear()
+        self._prefixes.clear()
 
-    @torch.inference_mode()
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
         sampling: SamplingConfig,
         keys: Sequence[str | None] | None = None,
         generator: torch.Generator | None = None,
+        prefix_lens: Sequence[int] | None = None,
     ) -> list[Generation]:
-        """Continue each prompt (token ids); ``keys`` name conversations whose caches may be reused/kept."""
+        """Continue each prompt (token ids).
+
+        Args:
+            keys: conversation names; a conversation's cache is kept after the call and reused when its
+                next prompt extends what was cached.
+            prefix_lens: per prompt, the length of a prefix shared with other prompts (system message and
+                tools); it is encoded once and reused when the conversation has no cache yet.
+        """
         if not prompts:
             return []
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16 and self.device.type == "cpu"):
+            return self._generate(prompts, sampling, keys, generator, prefix_lens)
+
+    def _generate(self, prompts, sampling, keys, generator, prefix_lens) -> list[Generation]:
         keys = list(keys) if keys is not None else [None] * len(prompts)
+        prefix_lens = list(prefix_lens) if prefix_lens is not None else [0] * len(prompts)
         if generator is None and sampling.seed is not None:
             generator = torch.Generator(device="cpu").manual_seed(sampling.seed)
-        reused = [self._reusable(k, p) for k, p in zip(keys, prompts)]
+        reused = [self._reusable(k, p) or self._prefix(p, n) for k, p, n in zip(keys, prompts, prefix_lens)]
         batch = _Batch.build(prompts, reused, self.pad_id, self.device)
         self.stats["prompt_tokens"] += sum(len(p) - (len(r.ids) if r else 0) for p, r in zip(prompts, reused))
         self.stats["reused_tokens"] += sum(len(r.ids) for r in reused if r)
@@ -185,6 +211,28 @@ class HFEngine:
             self._caches.move_to_end(key)
             return entry
         return None
+
+    def _prefix(self, prompt: Sequence[int], length: int) -> _CacheEntry | None:
+        if not 0 < length < len(prompt):
+            return None
+        ids = tuple(prompt[:length])
+        entry = self._prefixes.get(ids)
+        if entry is None:
+            cache = self._new_cache()
+            self.model(input_ids=torch.tensor([ids], device=self.device), use_cache=True, **{self._cache_kw: cache})
+            entry = _CacheEntry(list(ids), [(layer.keys, layer.values) for layer in cache.layers])
+            self._prefixes[ids] = entry
+            self.stats["prefix_tokens"] += length
+            while len(self._prefixes) > 64:
+                self._prefixes.popitem(last=False)
+        self._prefixes.move_to_end(ids)
+        return entry
+
+    @staticmethod
+    def _new_cache() -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache()
 
     def _store(self, key: str, row: int, ids: list[int], past: Any, row_mask: torch.Tensor) -> None:
         keep = row_mask.nonzero().squeeze(-1)

@@ -17,7 +17,15 @@ from .chat import ChatFormat
 from .engine import Generation, HFEngine, SamplingConfig
 from .models import load_model_and_tokenizer
 
-__all__ = ["LMPolicy", "ImagineRequest", "Generation", "SamplingConfig"]
+__all__ = ["LMPolicy", "ImagineRequest", "Generation", "SamplingConfig", "bf16_supported"]
+
+
+def bf16_supported() -> bool:
+    """Whether this CPU runs bfloat16 matmuls natively (AVX512-BF16/AMX), where autocast pays off."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 @dataclass
@@ -45,24 +53,36 @@ class LMPolicy:
         engine: a generation engine; default :class:`HFEngine` over ``model``.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, sampling: SamplingConfig | None = None, name: str = "custom", engine: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        sampling: SamplingConfig | None = None,
+        name: str = "custom",
+        engine: Any = None,
+        bf16: bool | str = False,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling or SamplingConfig()
         self.name = name
         self.chat = ChatFormat(tokenizer)
-        self.engine = engine or HFEngine(model, tokenizer)
+        self.engine = engine or HFEngine(model, tokenizer, bf16=bf16_supported() if bf16 == "auto" else bool(bf16))
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_spec(cls, spec: str, sampling: SamplingConfig | None = None, progress: bool = True) -> "LMPolicy":
-        """``default`` | ``tiny`` | ``ckpt:DIR`` | ``hf:PATH_OR_ID`` | ``gguf:PATH`` (see :mod:`.models`)."""
+    def from_spec(cls, spec: str, sampling: SamplingConfig | None = None, progress: bool = True, bf16: bool | str = "auto") -> "LMPolicy":
+        """``default`` | ``tiny`` | ``ckpt:DIR`` | ``hf:PATH_OR_ID`` | ``gguf:PATH`` (see :mod:`.models`).
+
+        ``bf16="auto"`` decodes under bfloat16 autocast where the CPU supports it natively (the tiny test
+        model always runs in float32).
+        """
         if spec == "tiny":
             from .testing import tiny_policy
 
             return tiny_policy(sampling=sampling)
         model, tokenizer = load_model_and_tokenizer(spec, progress=progress)
-        return cls(model, tokenizer, sampling, name=spec)
+        return cls(model, tokenizer, sampling, name=spec, bf16=bf16)
 
     @classmethod
     def default(cls, sampling: SamplingConfig | None = None) -> "LMPolicy":
@@ -82,7 +102,20 @@ class LMPolicy:
         return self.chat.render(messages, tools, add_generation_prompt=True)
 
     def prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
-        return self.chat.encode(self.prompt_text(messages, tools))
+        return self.encode_prompt(messages, tools)[0]
+
+    def encode_prompt(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> tuple[list[int], int]:
+        """Prompt token ids and the length of their shared head (the system message with the tool list).
+
+        The head is encoded on its own, so it is a token prefix of every prompt that shares it and the
+        engine can encode it once for all of them.
+        """
+        full = self.prompt_text(messages, tools)
+        head = self.chat.render(messages[:1], tools, add_generation_prompt=False) if messages and messages[0]["role"] == "system" else ""
+        if not head or not full.startswith(head):
+            return self.chat.encode(full), 0
+        head_ids = self.chat.encode(head)
+        return head_ids + self.chat.encode(full[len(head):]), len(head_ids)
 
     # ------------------------------------------------------------------ the two roles
     def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), sampling: SamplingConfig | None = None) -> Generation:
@@ -91,8 +124,8 @@ class LMPolicy:
 
     def act_batch(self, conversations: Sequence[tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]], sampling: SamplingConfig | None = None) -> list[Generation]:
         """The actor's next message for each ``(messages, tools)`` pair, in one batched engine call."""
-        prompts = [self.prompt_ids(m, t) for m, t in conversations]
-        return self.generate_ids(prompts, sampling=sampling)
+        encoded = [self.encode_prompt(m, t) for m, t in conversations]
+        return self.generate_ids([e[0] for e in encoded], sampling=sampling, prefix_lens=[e[1] for e in encoded])
 
     def imagine(self, request: ImagineRequest, sampling: SamplingConfig | None = None) -> Generation:
         """The environment role's answer to one simulator prompt."""
@@ -102,9 +135,16 @@ class LMPolicy:
         prompts = [self.prompt_ids(r.messages) for r in requests]
         return self.generate_ids(prompts, keys=[r.key for r in requests], sampling=sampling)
 
-    def generate_ids(self, prompts: Sequence[Sequence[int]], keys: Sequence[str | None] | None = None, sampling: SamplingConfig | None = None, generator: torch.Generator | None = None) -> list[Generation]:
+    def generate_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        keys: Sequence[str | None] | None = None,
+        sampling: SamplingConfig | None = None,
+        generator: torch.Generator | None = None,
+        prefix_lens: Sequence[int] | None = None,
+    ) -> list[Generation]:
         """Continue token-id prompts with the engine (the rollout engine's entry point)."""
-        return self.engine.generate(prompts, sampling or self.sampling, keys=keys, generator=generator)
+        return self.engine.generate(prompts, sampling or self.sampling, keys=keys, generator=generator, prefix_lens=prefix_lens)
 
     def with_sampling(self, **changes: Any) -> "LMPolicy":
         """The same model and engine with other default sampling settings."""

@@ -119,6 +119,7 @@ class _Slot:
     info: dict[str, Any] = field(default_factory=dict)
     calls_ok: int = 0
     calls_failed: int = 0
+    prefix_len: int = 0  # shared system+tools head of the first prompt
 
     @property
     def key(self) -> str:
@@ -175,7 +176,8 @@ def collect(
         slot.info, slot.tools = info, info["tools"]
         slot.stream = TokenStream()
         slot.calls_ok = slot.calls_failed = 0
-        slot.stream.append_render(policy.chat, policy.prompt_text(info["messages"], slot.tools), "prompt")
+        ids, slot.prefix_len = policy.encode_prompt(info["messages"], slot.tools)
+        slot.stream.extend(ids, "prompt", policy.prompt_text(info["messages"], slot.tools))
         return True
 
     def finish(slot: _Slot, reward: float, truncated: bool, info: dict[str, Any]) -> None:
@@ -199,7 +201,10 @@ def collect(
                 active.append(slot)
         if not active:
             break
-        gens = policy.generate_ids([s.stream.ids for s in active], keys=[s.key for s in active], sampling=sampling, generator=generator)
+        gens = policy.generate_ids(
+            [s.stream.ids for s in active], keys=[s.key for s in active], sampling=sampling, generator=generator,
+            prefix_lens=[s.prefix_len for s in active],
+        )
         still = []
         for slot, gen in zip(active, gens):
             stop_text = policy.tokenizer.decode(gen.token_ids[-1:]) if gen.finish_reason == "stop" else ""

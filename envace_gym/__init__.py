@@ -22,6 +22,16 @@ for _domain in BUILTIN_DOMAINS:
 if "EnvACE-ToolCall-v0" not in gym.registry:
     gym.register(id="EnvACE-ToolCall-v0", entry_point="envace_gym.env:ToolCallEnv")
 
+def __getattr__(name: str):
+    # `envace_gym.agents.LMPolicy` works after a plain `import envace_gym`, without the core importing
+    # the agents side (torch, transformers) up front.
+    if name in ("agents", "envs"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "Backend",
     "PythonBackend",

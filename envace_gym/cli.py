@@ -1,10 +1,11 @@
-"""The ``envace`` command: ``envace list`` and ``envace eval``."""
+"""The ``envace`` command: ``list``, ``eval``, ``sft`` and ``demo``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import random
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -15,6 +16,10 @@ from .suites import load_suite, suite_names
 from .tasks import TaskFormatError
 
 __all__ = ["main"]
+
+
+LM_POLICIES = ("default", "tiny")
+LM_POLICY_KINDS = ("ckpt", "hf", "gguf")
 
 
 class UserError(Exception):
@@ -62,25 +67,80 @@ def _make_env(args: argparse.Namespace) -> gym.Env:
     return gym.make(args.env, **kwargs)
 
 
+def _lm_sampling(args: argparse.Namespace):
+    from envace_gym.agents.engine import SamplingConfig
+
+    return SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
+
+
+def _load_lm(spec: str, args: argparse.Namespace):
+    from envace_gym.agents.models import ModelLoadError
+    from envace_gym.agents.policy import LMPolicy
+
+    try:
+        return LMPolicy.from_spec(spec, sampling=_lm_sampling(args))
+    except ModelLoadError as exc:
+        raise UserError(str(exc)) from None
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    from envace_gym.agents.evaluate import evaluate
+    from envace_gym.agents.evaluate import EvalReport, evaluate
     from envace_gym.agents.scripted import SCRIPTED_POLICIES, make_scripted_policy
 
-    if args.policy not in SCRIPTED_POLICIES:
-        raise UserError(f"unknown policy {args.policy!r}; choose from {', '.join(SCRIPTED_POLICIES)}")
     env = _make_env(args)
-    policy = make_scripted_policy(args.policy, env.unwrapped.suite, seed=args.seed)
-    episodes = args.episodes or len(env.unwrapped.pool)
-    report = evaluate(env, policy, episodes, seed=args.seed, progress=not args.no_progress, desc=f"eval {args.policy}")
+    pool = env.unwrapped.pool
+    episodes = args.episodes or len(pool)
+    if args.policy in SCRIPTED_POLICIES:
+        policy = make_scripted_policy(args.policy, env.unwrapped.suite, seed=args.seed)
+        report = evaluate(env, policy, episodes, seed=args.seed, progress=not args.no_progress, desc=f"eval {args.policy}")
+        trajectories = None
+    elif args.policy in LM_POLICIES or args.policy.partition(":")[0] in LM_POLICY_KINDS:
+        from envace_gym.agents.rollout import collect, save_trajectories
+
+        lm = _load_lm(args.policy, args)
+        envs = [env] + [_make_env(args) for _ in range(max(1, args.batch_size) - 1)]
+        order = list(range(len(pool)))
+        random.Random(args.seed).shuffle(order)
+        task_ids = [pool[order[i % len(order)]].id for i in range(episodes)]
+        trajectories = collect(envs, lm, episodes, task_ids=task_ids, seed=args.seed, progress=not args.no_progress, desc=f"eval {args.policy}")
+        report = EvalReport([t.to_result() for t in trajectories])
+    else:
+        raise UserError(f"unknown policy {args.policy!r}; choose from {', '.join(SCRIPTED_POLICIES + LM_POLICIES)} or ckpt:DIR, hf:PATH, gguf:PATH")
     summary = {"env": args.env, "suite": env.unwrapped.suite.name, "split": args.split, "policy": args.policy,
                "backend": args.backend, "seed": args.seed, **report.summary()}
     if args.out:
         report.save(args.out)
+        if trajectories is not None:
+            save_trajectories(trajectories, Path(args.out) / "trajectories.jsonl")
         summary["out"] = str(Path(args.out))
     if args.json:
         print(json.dumps(summary))
     else:
         _print_summary(summary)
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from envace_gym.agents.sft import SFTConfig, build_sft_examples, train_sft
+
+    if not args.steps and not args.minutes:
+        raise UserError("give --steps N or --minutes M")
+    args.split = "train"
+    env = _make_env(args)
+    policy = _load_lm(args.policy, args)
+    cfg = SFTConfig(steps=args.steps or None, minutes=args.minutes or None, lr=args.lr, batch_size=args.batch_size,
+                    lora=args.lora, seed=args.seed, max_examples=args.max_examples or None)
+    examples = build_sft_examples(env, policy, cfg.max_examples, seed=args.seed, progress=not args.no_progress)
+    summary = train_sft(policy, examples, cfg, args.out, progress=not args.no_progress)
+    summary["out"] = args.out
+    print(json.dumps(summary) if args.json else f"saved checkpoint to {args.out} (load it with --policy ckpt:{args.out}): {summary}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from envace_gym.agents.demo import DemoConfig, run_demo
+
+    run_demo(DemoConfig(policy=args.policy, minutes=args.minutes, episodes=args.episodes, out_root=args.out, seed=args.seed))
     return 0
 
 
@@ -103,6 +163,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
         Console().print(f"episodes written to {summary['out']}/episodes.jsonl")
 
 
+def _add_lm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temperature", type=float, default=0.0, help="LM sampling temperature (0 = greedy)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=96)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envace", description="EnvACE gym: tool-calling environments for RL.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument("--env", default="EnvACE-ToolCall-v0", help="a registered env id")
     p_eval.add_argument("--suite", default=None, help="suite name (see `envace list`) or a .jsonl task file")
     p_eval.add_argument("--split", default="test", help="task split to draw from (default: test)")
-    p_eval.add_argument("--policy", default="oracle", help="oracle | random | noop")
+    p_eval.add_argument("--policy", default="oracle", help="oracle | random | noop | default | tiny | ckpt:DIR | hf:PATH | gguf:PATH")
     p_eval.add_argument("--backend", default="real", choices=["real"], help="tool backend (default: real)")
     p_eval.add_argument("--episodes", type=int, default=0, help="episodes to run (default: every task once)")
     p_eval.add_argument("--seed", type=int, default=0)
@@ -123,7 +189,36 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument("--out", default=None, help="folder for episodes.jsonl and summary.json")
     p_eval.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
     p_eval.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_lm_args(p_eval)
+    p_eval.add_argument("--batch-size", type=int, default=8, help="envs stepped in lockstep for LM policies")
     p_eval.set_defaults(func=cmd_eval)
+
+    p_sft = sub.add_parser("sft", help="supervised warm start on the train split's reference trajectories")
+    p_sft.add_argument("--env", default="EnvACE-ToolCall-v0")
+    p_sft.add_argument("--suite", default=None)
+    p_sft.add_argument("--policy", default="default", help="default | tiny | ckpt:DIR | hf:PATH | gguf:PATH")
+    p_sft.add_argument("--steps", type=int, default=0)
+    p_sft.add_argument("--minutes", type=float, default=0.0)
+    p_sft.add_argument("--out", required=True, help="checkpoint folder (loads as --policy ckpt:DIR)")
+    p_sft.add_argument("--lora", action="store_true", help="train LoRA adapters (merged into the checkpoint)")
+    p_sft.add_argument("--lr", type=float, default=5e-5)
+    p_sft.add_argument("--batch-size", type=int, default=4)
+    p_sft.add_argument("--max-examples", type=int, default=0, help="train tasks to use (default: all)")
+    p_sft.add_argument("--seed", type=int, default=0)
+    p_sft.add_argument("--max-turns", type=int, default=0)
+    p_sft.add_argument("--backend", default="real", choices=["real"])
+    p_sft.add_argument("--json", action="store_true")
+    p_sft.add_argument("--no-progress", action="store_true")
+    _add_lm_args(p_sft)
+    p_sft.set_defaults(func=cmd_sft)
+
+    p_demo = sub.add_parser("demo", help="the main job: evaluate, warm-start and re-evaluate the embedded model")
+    p_demo.add_argument("--policy", default="default")
+    p_demo.add_argument("--minutes", type=float, default=3.0, help="warm-start budget")
+    p_demo.add_argument("--episodes", type=int, default=32, help="test episodes per evaluation")
+    p_demo.add_argument("--out", default="runs", help="parent folder of the run folder")
+    p_demo.add_argument("--seed", type=int, default=0)
+    p_demo.set_defaults(func=cmd_demo)
     return parser
 
 

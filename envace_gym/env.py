@@ -57,7 +57,7 @@ class ToolCallEnv(gym.Env[str, str]):
         render_mode: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
     """
 
-    metadata = {"render_modes": ["ansi", "human"]}
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(
         self,

@@ -117,8 +117,9 @@ def call_match(calls: Sequence[ToolCall], expected: Sequence[Mapping[str, Mappin
 
 # ---------------------------------------------------------------------------- answer_match
 _NUMBER = re.compile(r"^-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
-_STRIP_LEAD = "$€£(\"'[{"
-_STRIP_TRAIL = ".,;:!?)%\"']}"
+# Quotes, brackets and markdown emphasis around a value do not change it ("`/a/b.txt`", "**32**").
+_STRIP_LEAD = "$€£(\"'[{`*_"
+_STRIP_TRAIL = ".,;:!?)%\"']}`*_"
 
 
 def _canonical_number(token: str) -> str:

@@ -7,6 +7,7 @@ reference results are the real ones (and a generator bug that makes an invalid c
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any, Sequence
 
@@ -42,7 +43,7 @@ class ReferenceRecorder:
 
     def __init__(self, toolkit: type[Toolkit], initial_state: dict[str, Any], backend_name: str) -> None:
         self.toolkit = toolkit
-        self.initial_state = initial_state
+        self.initial_state = copy.deepcopy(initial_state)  # later edits by the generator must not leak in
         self.backend_name = backend_name
         self._backend = PythonBackend(toolkit, timeout=None)
         self._backend.reset(Task(id="draft", user_turns=("draft",), initial_state=initial_state))

@@ -1,0 +1,192 @@
+"""Supervised warm start: fine-tune a policy on reference trajectories (loss on the actor's tokens only).
+
+The embedded model cannot call tools zero-shot, so RL from it alone gets no signal. A few minutes of
+SFT on the train split's reference trajectories (played through the real env, so tool results are real)
+teach it the call format and the domains.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import gymnasium as gym
+import torch
+from tqdm.auto import tqdm
+
+from .chat import encode_conversation
+from .policy import LMPolicy, bf16_supported
+from .scripted import OraclePolicy
+
+__all__ = ["SFTConfig", "SFTExample", "build_sft_examples", "train_sft"]
+
+
+@dataclass
+class SFTConfig:
+    """Settings of ``envace sft`` (TRL-style: one flat, documented dataclass)."""
+
+    steps: int | None = None  # optimizer steps; with `minutes`, whichever comes first
+    minutes: float | None = None  # wall-clock budget for training
+    lr: float = 5e-5
+    batch_size: int = 4
+    max_tokens: int = 768  # examples are cut to this many tokens
+    warmup_steps: int = 5
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    lora: bool = False
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    seed: int = 0
+    max_examples: int | None = None  # train tasks to use (default: all of the split)
+    bf16: bool | str = "auto"  # bfloat16 autocast (float32 master weights); "auto": where the CPU has it
+
+
+@dataclass
+class SFTExample:
+    task_id: str
+    input_ids: list[int]
+    loss_mask: list[int]  # 1 on actor tokens
+
+
+def build_sft_examples(env: gym.Env, policy: LMPolicy, max_examples: int | None = None, seed: int = 0, progress: bool = True) -> list[SFTExample]:
+    """Play the oracle through ``env`` (real backend) on its task pool and encode each episode."""
+    pool = list(env.unwrapped.pool)
+    random.Random(seed).shuffle(pool)
+    pool = pool[:max_examples] if max_examples else pool
+    oracle = OraclePolicy(env.unwrapped.suite)
+    examples = []
+    for task in tqdm(pool, desc="sft data", disable=not progress, unit="task"):
+        oracle.reset()
+        obs, info = env.reset(options={"task_id": task.id})
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(oracle.act(obs, info))
+            done = terminated or truncated
+        stream = encode_conversation(policy.chat, info["messages"], info["tools"])
+        examples.append(SFTExample(task.id, stream.ids, [1 if r == "actor" else 0 for r in stream.roles]))
+    return examples
+
+
+def _batches(examples: Sequence[SFTExample], cfg: SFTConfig, rng: random.Random):
+    """Endless shuffled batches; within windows of 8 batches, examples of similar length go together
+    (less padding: every padded token costs a full forward and backward pass)."""
+    while True:
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        window = cfg.batch_size * 8
+        batches = []
+        for w in range(0, len(order), window):
+            chunk = sorted(order[w : w + window], key=lambda i: len(examples[i].input_ids))
+            batches.extend(chunk[b : b + cfg.batch_size] for b in range(0, len(chunk), cfg.batch_size))
+        rng.shuffle(batches)
+        for batch in batches:
+            yield [examples[i] for i in batch]
+
+
+def _collate(batch: Sequence[SFTExample], pad_id: int, max_tokens: int) -> dict[str, torch.Tensor]:
+    width = min(max(len(e.input_ids) for e in batch), max_tokens)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    for i, e in enumerate(batch):
+        n = min(len(e.input_ids), width)
+        ids[i, :n] = torch.tensor(e.input_ids[:n])
+        attn[i, :n] = 1
+        mask = torch.tensor(e.loss_mask[:n], dtype=torch.bool)
+        labels[i, :n] = torch.where(mask, ids[i, :n], torch.full_like(ids[i, :n], -100))
+    return {"input_ids": ids, "attention_mask": attn, "labels": labels}
+
+
+def actor_token_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Token-mean cross-entropy on labelled positions only.
+
+    The LM head (576 x 49k for SmolLM2) runs only where there is a label: actor tokens are a small share of
+    each sequence, so this skips most of the largest matmul and its softmax.
+    """
+    core = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = core.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    labels = batch["labels"][:, 1:]
+    keep = labels != -100
+    logits = core.get_output_embeddings()(hidden[:, :-1][keep]).float()
+    return torch.nn.functional.cross_entropy(logits, labels[keep])
+
+
+def _apply_lora(policy: LMPolicy, cfg: SFTConfig) -> Any:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise RuntimeError("--lora needs the peft package: .venv/bin/pip install peft") from None
+    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], lora_dropout=0.0)
+    return get_peft_model(policy.model, lora)
+
+
+def train_sft(policy: LMPolicy, examples: Sequence[SFTExample], cfg: SFTConfig, out_dir: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """Train in place; write ``metrics.jsonl``, ``sft_config.json`` and a safetensors checkpoint to ``out_dir``.
+
+    Loss: token-mean cross-entropy over actor tokens. Returns a summary (steps, tokens, time, final loss).
+    """
+    if not examples:
+        raise ValueError("no SFT examples")
+    if cfg.steps is None and cfg.minutes is None:
+        raise ValueError("give steps or minutes")
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    model = _apply_lora(policy, cfg) if cfg.lora else policy.model
+    model.train()
+    use_bf16 = bf16_supported() if cfg.bf16 == "auto" else bool(cfg.bf16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    total = cfg.steps or 10**9
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)))
+    out = Path(out_dir) if out_dir else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sft_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    metrics_fh = (out / "metrics.jsonl").open("w") if out else None
+    pad_id = policy.engine.pad_id
+    deadline = time.monotonic() + cfg.minutes * 60 if cfg.minutes else math.inf
+    start = time.monotonic()
+    tokens = 0
+    step = 0
+    loss_value = float("nan")
+    bar = tqdm(total=cfg.steps, desc="sft", disable=not progress, unit="step")
+    batches = _batches(examples, cfg, rng)
+    try:
+        while step < total and time.monotonic() < deadline:
+            batch = _collate(next(batches), pad_id, cfg.max_tokens)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+                loss = actor_token_loss(model, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            sched.step()
+            step += 1
+            tokens += int(batch["attention_mask"].sum())
+            loss_value = loss.item()
+            elapsed = time.monotonic() - start
+            record = {"step": step, "loss": loss_value, "lr": sched.get_last_lr()[0], "tokens": tokens, "seconds": round(elapsed, 2), "tokens_per_s": round(tokens / elapsed, 1)}
+            if metrics_fh:
+                metrics_fh.write(json.dumps(record) + "\n")
+                metrics_fh.flush()
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=record["tokens_per_s"])
+    finally:
+        bar.close()
+        if metrics_fh:
+            metrics_fh.close()
+    if cfg.lora:
+        policy.model = model.merge_and_unload()  # a plain model again: the checkpoint loads without peft
+    policy.model.eval()
+    policy.engine.model = policy.model
+    policy.engine.clear()  # caches were computed with the old weights
+    summary = {"bf16": use_bf16, "steps": step, "tokens": tokens, "seconds": round(time.monotonic() - start, 1), "final_loss": loss_value, "examples": len(examples)}
+    if out:
+        policy.save(out)
+        (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,151 @@
+"""The language-model policy, engine, rollout and warm start, on a tiny random model with the real tokenizer."""
+
+import json
+import os
+
+import gymnasium as gym
+import pytest
+import torch
+
+import envace_gym
+from envace_gym.agents.chat import ChatFormat, encode_conversation
+from envace_gym.agents.engine import SamplingConfig
+from envace_gym.agents.rollout import Trajectory, collect, load_trajectories, save_trajectories
+from envace_gym.agents.testing import tiny_policy
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return tiny_policy(seed=0)
+
+
+def bank_envs(n, max_turns=4):
+    return [gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=max_turns) for _ in range(n)]
+
+
+def teacher_forced_logprobs(policy, ids):
+    with torch.no_grad():
+        logits = policy.model(torch.tensor([ids])).logits.float()[0]
+    return torch.log_softmax(logits, dim=-1)
+
+
+def test_offline_flag_is_set():
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+
+
+def test_recorded_logprobs_match_teacher_forcing(policy):
+    # Sampled at temperature 1 over several turns: every actor token's recorded logprob equals a
+    # teacher-forced forward pass over the whole trajectory.
+    trajs = collect(bank_envs(3), policy, 3, sampling=SamplingConfig(temperature=1.0, max_new_tokens=16, seed=1), progress=False)
+    for traj in trajs:
+        logp = teacher_forced_logprobs(policy, traj.token_ids)
+        actor = [i for i, r in enumerate(traj.roles) if r == "actor"]
+        assert actor
+        expected = torch.tensor([float(logp[i - 1, traj.token_ids[i]]) for i in actor])
+        recorded = torch.tensor([traj.logprobs[i] for i in actor])
+        assert torch.allclose(expected, recorded, atol=1e-4), (expected - recorded).abs().max()
+        assert all(traj.logprobs[i] == 0.0 for i, r in enumerate(traj.roles) if r != "actor")
+
+
+def test_roles_line_up_and_decode_to_the_transcript(policy):
+    traj = collect(bank_envs(1, max_turns=3), policy, 1, sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=5), progress=False)[0]
+    assert len(traj.token_ids) == len(traj.roles) == len(traj.logprobs)
+    text = policy.tokenizer.decode(traj.token_ids)
+    final = policy.chat.render(traj.messages, traj.messages and envace_gym.load_suite("builtin/bank").get(traj.task_id).tools, add_generation_prompt=False)
+    # what is left is the end-of-turn marker the template adds (absent from the stream when the last
+    # generation ran out of tokens) and whitespace
+    assert final.startswith(text) and final[len(text):].strip() in ("", "<|im_end|>")
+    # each run of actor tokens decodes to one assistant message (plus its end-of-turn token)
+    runs, current = [], []
+    for tok, role in zip(traj.token_ids, traj.roles):
+        if role == "actor":
+            current.append(tok)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    assistant = [m["content"] for m in traj.messages if m["role"] == "assistant"]
+    assert len(runs) == len(assistant)
+    for ids, content in zip(runs, assistant):
+        assert policy.tokenizer.decode(ids).removesuffix("<|im_end|>") == content
+    if any(m["role"] == "tool" for m in traj.messages):
+        assert "external" in traj.roles
+
+
+def test_greedy_batch_equals_single(policy):
+    env = bank_envs(1)[0]
+    convs = []
+    for seed in range(4):
+        _, info = env.reset(seed=seed)
+        convs.append((info["messages"], info["tools"]))
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=10)
+    batched = policy.act_batch(convs, greedy)
+    single = [policy.act(m, t, greedy) for m, t in convs]
+    assert [g.token_ids for g in batched] == [g.token_ids for g in single]
+
+
+def test_kv_reuse_encodes_only_new_tokens_and_changes_nothing(policy):
+    env = bank_envs(1)[0]
+    _, info = env.reset(seed=3)
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=8)
+    ids, head = policy.encode_prompt(info["messages"], info["tools"])
+    first = policy.generate_ids([ids], keys=["conv"], sampling=greedy, prefix_lens=[head])[0]
+    follow = ids + first.token_ids + policy.chat.encode("\n<|im_start|>tool\n{\"balance\": 3}<|im_end|>\n<|im_start|>assistant\n")
+    reused = policy.generate_ids([follow], keys=["conv"], sampling=greedy)[0]
+    assert reused.prompt_tokens == len(follow) - (len(ids) + len(first.token_ids) - 1)
+    fresh = policy.generate_ids([follow], sampling=greedy)[0]
+    assert fresh.prompt_tokens == len(follow) and fresh.token_ids == reused.token_ids
+    policy.engine.drop("conv")
+
+
+def test_same_seed_same_trajectories(policy):
+    cfg = SamplingConfig(temperature=1.0, max_new_tokens=12, seed=7)
+    a = collect(bank_envs(2), policy, 3, sampling=cfg, progress=False)
+    b = collect(bank_envs(2), policy, 3, sampling=cfg, progress=False)
+    assert [t.token_ids for t in a] == [t.token_ids for t in b]
+    c = collect(bank_envs(2), policy, 3, sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=8), progress=False)
+    assert [t.token_ids for t in a] != [t.token_ids for t in c]
+
+
+def test_trajectory_jsonl_round_trip(policy, tmp_path):
+    trajs = collect(bank_envs(2), policy, 2, sampling=SamplingConfig(temperature=1.0, max_new_tokens=8, seed=2), progress=False)
+    path = save_trajectories(trajs, tmp_path / "t.jsonl")
+    assert [t.to_dict() for t in load_trajectories(path)] == [t.to_dict() for t in trajs]
+    line = json.loads(path.read_text().splitlines()[0])
+    line["roles"] = line["roles"][:-1]
+    (tmp_path / "bad.jsonl").write_text(json.dumps(line) + "\n")
+    with pytest.raises(ValueError, match="bad.jsonl:1: .*differ in length"):
+        load_trajectories(tmp_path / "bad.jsonl")
+
+
+def test_sync_vector_env_is_accepted(policy):
+    venv = gym.vector.SyncVectorEnv([lambda: gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=2)] * 2)
+    trajs = collect(venv, policy, 3, sampling=SamplingConfig(temperature=1.0, max_new_tokens=6), progress=False)
+    assert len(trajs) == 3 and all(isinstance(t, Trajectory) for t in trajs)
+
+
+def test_encode_conversation_tags_assistant_text_as_actor(policy):
+    env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")
+    task = next(t for t in env.unwrapped.pool if t.reference_calls)
+    from envace_gym.agents.scripted import OraclePolicy
+
+    oracle = OraclePolicy(env.unwrapped.suite)
+    obs, info = env.reset(options={"task_id": task.id})
+    done = False
+    while not done:
+        obs, _, term, trunc, info = env.step(oracle.act(obs, info))
+        done = term or trunc
+    stream = encode_conversation(policy.chat, info["messages"], info["tools"])
+    actor_text = policy.tokenizer.decode([t for t, r in zip(stream.ids, stream.roles) if r == "actor"])
+    assert actor_text == "".join(m["content"] + "<|im_end|>" for m in info["messages"] if m["role"] == "assistant")
+    assert policy.tokenizer.decode(stream.ids) == policy.chat.render(info["messages"], info["tools"], add_generation_prompt=False).rstrip("\n")
+
+
+def test_hermes_tool_block_for_templates_without_tools(policy):
+    tools = envace_gym.load_suite("builtin/bank")[0].tools
+    compact = ChatFormat(policy.tokenizer).render([{"role": "user", "content": "hi"}], tools)
+    hermes = ChatFormat(policy.tokenizer, tool_format="hermes").render([{"role": "user", "content": "hi"}], tools)
+    assert "- get_balance(account_id: string)" in compact and "<tool_call>" in compact
+    assert "<tools>" in hermes and '"name": "get_balance"' in hermes
+    assert len(hermes) > 2 * len(compact)

@@ -1,0 +1,57 @@
+import json
+
+import gymnasium as gym
+import torch
+
+from envace_gym.agents.engine import SamplingConfig
+from envace_gym.agents.policy import LMPolicy
+from envace_gym.agents.rollout import collect
+from envace_gym.agents.sft import SFTConfig, _collate, actor_token_loss, build_sft_examples, train_sft
+from envace_gym.agents.testing import tiny_policy
+from envace_gym.cli import main
+
+
+def test_sft_lowers_actor_loss_and_checkpoint_round_trips(tmp_path):
+    policy = tiny_policy(seed=1)
+    env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")
+    examples = build_sft_examples(env, policy, max_examples=4, progress=False)
+    assert all(sum(e.loss_mask) > 0 and len(e.loss_mask) == len(e.input_ids) for e in examples)
+    batch = _collate(examples, policy.engine.pad_id, 768)
+    with torch.no_grad():
+        before = float(actor_token_loss(policy.model, batch))
+    summary = train_sft(policy, examples, SFTConfig(steps=12, lr=3e-3, batch_size=4, bf16=False), tmp_path / "ckpt", progress=False)
+    with torch.no_grad():
+        after = float(actor_token_loss(policy.model, batch))
+    assert summary["steps"] == 12 and after < before * 0.8
+    lines = (tmp_path / "ckpt" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 12 and json.loads(lines[-1])["step"] == 12
+    loaded = LMPolicy.from_spec(f"ckpt:{tmp_path / 'ckpt'}", bf16=False)
+    ids = torch.tensor([examples[0].input_ids[:64]])
+    with torch.no_grad():
+        assert torch.allclose(loaded.model(ids).logits, policy.model(ids).logits, atol=1e-5)
+
+
+def test_cli_sft_then_eval_checkpoint(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["sft", "--env", "EnvACE-ToolCall-v0", "--suite", "builtin/bank", "--policy", "tiny", "--steps", "2", "--max-examples", "8", "--out", str(out), "--no-progress", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["steps"] == 2 and (out / "model.safetensors").is_file()
+    assert main(["eval", "--suite", "builtin/bank", "--policy", f"ckpt:{out}", "--episodes", "5", "--max-new-tokens", "8", "--max-turns", "2", "--json", "--no-progress"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["episodes"] == 5 and 0.0 <= result["success_rate"] <= 1.0 and "bank" in result["by_domain"]
+
+
+def test_cli_reports_a_missing_checkpoint_in_one_line(tmp_path, capsys):
+    assert main(["eval", "--policy", f"ckpt:{tmp_path / 'nothing'}", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("envace: error:") and "envace sft" in err and err.count("\n") == 1
+
+
+def test_embedded_model_plays_one_episode():
+    policy = LMPolicy.default(sampling=SamplingConfig(temperature=0.0, max_new_tokens=48))
+    assert policy.model.config.num_hidden_layers == 30 and policy.name == "default"
+    env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=2)
+    (traj,) = collect([env], policy, 1, progress=False)
+    assert traj.actor_tokens > 0 and traj.turns >= 1
+    assert any(m["role"] == "assistant" and m["content"].strip() for m in traj.messages)
+    assert set(traj.components) == set(env.unwrapped.task.reward)
