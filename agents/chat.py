@@ -126,6 +126,7 @@ class TokenStream:
     roles: list[str] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     text: str = ""  # the rendered text these tokens stand for
+    head: int = 0  # length of the shared system+tools prefix, when it was encoded on its own
 
     def extend(self, ids: Sequence[int], role: str, text: str, logprobs: Sequence[float] | None = None) -> None:
         if role not in ROLES:
@@ -155,6 +156,10 @@ def encode_conversation(fmt: ChatFormat, messages: Sequence[dict[str, Any]], too
     """
     first_assistant = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
     stream = TokenStream()
+    if messages and messages[0]["role"] == "system":
+        # The system message with the tool list is its own token prefix, shared by every task of a domain.
+        stream.append_render(fmt, fmt.render(messages[:1], tools, add_generation_prompt=False), "prompt")
+        stream.head = len(stream.ids)
     stream.append_render(fmt, fmt.render(messages[:first_assistant], tools, add_generation_prompt=True), "prompt")
     eot = fmt.tokenizer.eos_token or ""
     for i in range(first_assistant, len(messages)):

@@ -33,10 +33,10 @@ class DemoConfig:
     minutes: float = 3.0  # warm-start budget
     episodes: int = 32  # test episodes per evaluation (the same tasks before and after)
     batch_size: int = 16  # envs stepped in lockstep
-    max_turns: int = 6
+    max_turns: int = 4
     max_new_tokens: int = 112
     sft_examples: int = 800
-    lr: float = 5e-5
+    lr: float = 1e-4
     seed: int = 0
     out_root: str = "runs"
 

@@ -322,6 +322,8 @@ class VLLMEngine:  # pragma: no cover - needs a GPU and vllm; never required by 
 
         self.tokenizer = tokenizer
         self.stop_token_ids = list(stop_token_ids)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
+        self.bf16 = False
         self.llm = LLM(model=model_path, enable_prefix_caching=True, **kwargs)
         self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
 
@@ -331,7 +333,7 @@ class VLLMEngine:  # pragma: no cover - needs a GPU and vllm; never required by 
     def clear(self) -> None:
         pass
 
-    def generate(self, prompts, sampling: SamplingConfig, keys=None, generator=None) -> list[Generation]:
+    def generate(self, prompts, sampling: SamplingConfig, keys=None, generator=None, prefix_lens=None) -> list[Generation]:
         from vllm import SamplingParams, TokensPrompt
 
         params = SamplingParams(

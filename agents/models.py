@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ def ensure_default_model(progress: bool = True) -> Path:
         except (OSError, ValueError):
             pass  # unreadable marker: rebuild below
     if progress:
-        print(f"envace: converting the embedded model to {target} (once, about 30 s)...", flush=True)
+        print(f"envace: converting the embedded model to {target} (once, about 30 s)...", file=sys.stderr, flush=True)
     model, tokenizer = _load_transformers(str(gguf.parent), gguf_file=gguf.name)
     # A de-quantised copy must not remember the GGUF quantizer, or reloading it would ask for the GGUF again.
     model.hf_quantizer = None

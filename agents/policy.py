@@ -71,18 +71,34 @@ class LMPolicy:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_spec(cls, spec: str, sampling: SamplingConfig | None = None, progress: bool = True, bf16: bool | str = "auto") -> "LMPolicy":
+    def from_spec(
+        cls,
+        spec: str,
+        sampling: SamplingConfig | None = None,
+        progress: bool = True,
+        bf16: bool | str = "auto",
+        engine: str = "hf",
+    ) -> "LMPolicy":
         """``default`` | ``tiny`` | ``ckpt:DIR`` | ``hf:PATH_OR_ID`` | ``gguf:PATH`` (see :mod:`.models`).
 
         ``bf16="auto"`` decodes under bfloat16 autocast where the CPU supports it natively (the tiny test
-        model always runs in float32).
+        model always runs in float32). ``engine="vllm"`` generates with vLLM (GPU only; the transformers
+        model is still loaded, for training).
         """
         if spec == "tiny":
             from .testing import tiny_policy
 
             return tiny_policy(sampling=sampling)
         model, tokenizer = load_model_and_tokenizer(spec, progress=progress)
-        return cls(model, tokenizer, sampling, name=spec, bf16=bf16)
+        policy = cls(model, tokenizer, sampling, name=spec, bf16=bf16)
+        if engine == "vllm":
+            from .engine import VLLMEngine
+
+            path = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "")
+            policy.engine = VLLMEngine(path, tokenizer, policy.engine.stop_token_ids)
+        elif engine != "hf":
+            raise ValueError(f"engine must be 'hf' or 'vllm', got {engine!r}")
+        return policy
 
     @classmethod
     def default(cls, sampling: SamplingConfig | None = None) -> "LMPolicy":

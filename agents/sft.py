@@ -44,6 +44,7 @@ class SFTConfig:
     seed: int = 0
     max_examples: int | None = None  # train tasks to use (default: all of the split)
     bf16: bool | str = "auto"  # bfloat16 autocast (float32 master weights); "auto": where the CPU has it
+    shared_head: bool = True  # encode the system+tools prefix once per batch, without gradient
 
 
 @dataclass
@@ -51,6 +52,7 @@ class SFTExample:
     task_id: str
     input_ids: list[int]
     loss_mask: list[int]  # 1 on actor tokens
+    head: int = 0  # tokens of the shared system+tools prefix (no loss there)
 
 
 def build_sft_examples(env: gym.Env, policy: LMPolicy, max_examples: int | None = None, seed: int = 0, progress: bool = True) -> list[SFTExample]:
@@ -68,52 +70,88 @@ def build_sft_examples(env: gym.Env, policy: LMPolicy, max_examples: int | None 
             obs, _, terminated, truncated, info = env.step(oracle.act(obs, info))
             done = terminated or truncated
         stream = encode_conversation(policy.chat, info["messages"], info["tools"])
-        examples.append(SFTExample(task.id, stream.ids, [1 if r == "actor" else 0 for r in stream.roles]))
+        examples.append(SFTExample(task.id, stream.ids, [1 if r == "actor" else 0 for r in stream.roles], stream.head))
     return examples
 
 
 def _batches(examples: Sequence[SFTExample], cfg: SFTConfig, rng: random.Random):
-    """Endless shuffled batches; within windows of 8 batches, examples of similar length go together
-    (less padding: every padded token costs a full forward and backward pass)."""
+    """Endless shuffled batches of examples that share their head (so it is encoded once per batch);
+    within windows of 8 batches, examples of similar length go together (less padding)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, e in enumerate(examples):
+        groups.setdefault(tuple(e.input_ids[: e.head]), []).append(i)
     while True:
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        window = cfg.batch_size * 8
         batches = []
-        for w in range(0, len(order), window):
-            chunk = sorted(order[w : w + window], key=lambda i: len(examples[i].input_ids))
-            batches.extend(chunk[b : b + cfg.batch_size] for b in range(0, len(chunk), cfg.batch_size))
+        for members in groups.values():
+            order = list(members)
+            rng.shuffle(order)
+            window = cfg.batch_size * 8
+            for w in range(0, len(order), window):
+                chunk = sorted(order[w : w + window], key=lambda i: len(examples[i].input_ids))
+                batches.extend(chunk[b : b + cfg.batch_size] for b in range(0, len(chunk), cfg.batch_size))
         rng.shuffle(batches)
         for batch in batches:
             yield [examples[i] for i in batch]
 
 
-def _collate(batch: Sequence[SFTExample], pad_id: int, max_tokens: int) -> dict[str, torch.Tensor]:
-    width = min(max(len(e.input_ids) for e in batch), max_tokens)
+def _collate(batch: Sequence[SFTExample], pad_id: int, max_tokens: int, shared_head: bool = False) -> dict[str, torch.Tensor]:
+    """Right-padded tensors; with ``shared_head`` the common head goes apart as ``head_ids`` [1, H]."""
+    head = batch[0].head if shared_head and all(e.input_ids[: e.head] == batch[0].input_ids[: batch[0].head] for e in batch) else 0
+    width = min(max(len(e.input_ids) for e in batch), max_tokens) - head
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(batch), width), dtype=torch.long)
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
     for i, e in enumerate(batch):
-        n = min(len(e.input_ids), width)
-        ids[i, :n] = torch.tensor(e.input_ids[:n])
+        body, mask = e.input_ids[head:max_tokens], e.loss_mask[head:max_tokens]
+        n = len(body)
+        ids[i, :n] = torch.tensor(body)
         attn[i, :n] = 1
-        mask = torch.tensor(e.loss_mask[:n], dtype=torch.bool)
-        labels[i, :n] = torch.where(mask, ids[i, :n], torch.full_like(ids[i, :n], -100))
-    return {"input_ids": ids, "attention_mask": attn, "labels": labels}
+        keep = torch.tensor(mask, dtype=torch.bool)
+        labels[i, :n] = torch.where(keep, ids[i, :n], torch.full_like(ids[i, :n], -100))
+    out = {"input_ids": ids, "attention_mask": attn, "labels": labels}
+    if head:
+        out["head_ids"] = torch.tensor([batch[0].input_ids[:head]])
+    return out
 
 
 def actor_token_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Token-mean cross-entropy on labelled positions only.
 
     The LM head (576 x 49k for SmolLM2) runs only where there is a label: actor tokens are a small share of
-    each sequence, so this skips most of the largest matmul and its softmax.
+    each sequence, so this skips most of the largest matmul and its softmax. With ``head_ids`` in the batch
+    (the system+tools prefix shared by every row), the head is encoded once without gradient and the rows
+    attend to its keys and values: about half of each example's tokens skip the backward pass. The
+    weights still learn from every actor token; only the head's own activations are held fixed.
     """
     core = model.get_base_model() if hasattr(model, "get_base_model") else model
-    hidden = core.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    decoder = core.get_decoder()
+    kwargs: dict[str, Any] = {"attention_mask": batch["attention_mask"]}
+    if "head_ids" in batch:
+        from transformers import DynamicCache
+
+        rows, head = batch["input_ids"].shape[0], batch["head_ids"].shape[1]
+        with torch.no_grad():
+            cache = DynamicCache()
+            decoder(input_ids=batch["head_ids"], use_cache=True, **{_cache_kw(decoder): cache})
+        layers = [(l.keys.expand(rows, -1, -1, -1).contiguous(), l.values.expand(rows, -1, -1, -1).contiguous()) for l in cache.layers]
+        width = batch["input_ids"].shape[1]
+        kwargs = {
+            "attention_mask": torch.cat([torch.ones((rows, head), dtype=torch.long), batch["attention_mask"]], dim=1),
+            "position_ids": torch.arange(head, head + width).expand(rows, -1),
+            "use_cache": True,
+            _cache_kw(decoder): DynamicCache(ddp_cache_data=layers),
+        }
+    hidden = decoder(input_ids=batch["input_ids"], **kwargs).last_hidden_state
     labels = batch["labels"][:, 1:]
     keep = labels != -100
     logits = core.get_output_embeddings()(hidden[:, :-1][keep]).float()
     return torch.nn.functional.cross_entropy(logits, labels[keep])
+
+
+def _cache_kw(module: Any) -> str:
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
 def _apply_lora(policy: LMPolicy, cfg: SFTConfig) -> Any:
@@ -158,7 +196,7 @@ def train_sft(policy: LMPolicy, examples: Sequence[SFTExample], cfg: SFTConfig, 
     batches = _batches(examples, cfg, rng)
     try:
         while step < total and time.monotonic() < deadline:
-            batch = _collate(next(batches), pad_id, cfg.max_tokens)
+            batch = _collate(next(batches), pad_id, cfg.max_tokens, shared_head=cfg.shared_head)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
                 loss = actor_token_loss(model, batch)
             opt.zero_grad(set_to_none=True)

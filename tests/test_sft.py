@@ -55,3 +55,30 @@ def test_embedded_model_plays_one_episode():
     assert traj.actor_tokens > 0 and traj.turns >= 1
     assert any(m["role"] == "assistant" and m["content"].strip() for m in traj.messages)
     assert set(traj.components) == set(env.unwrapped.task.reward)
+
+
+def test_lora_warm_start_merges_into_a_plain_checkpoint(tmp_path):
+    policy = tiny_policy(seed=2)
+    env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")
+    examples = build_sft_examples(env, policy, max_examples=4, progress=False)
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    train_sft(policy, examples, SFTConfig(steps=3, lr=1e-2, batch_size=2, lora=True, lora_rank=4, bf16=False), tmp_path / "lora", progress=False)
+    after = policy.model.state_dict()
+    assert set(after) == set(before)  # merged: no adapter weights left
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed and all("proj" in k for k in changed)  # only the adapted projections moved
+    loaded = LMPolicy.from_spec(f"ckpt:{tmp_path / 'lora'}", bf16=False)
+    assert torch.equal(loaded.model.state_dict()[changed[0]], after[changed[0]])
+
+
+def test_shared_head_gives_the_same_loss(tmp_path):
+    policy = tiny_policy(seed=3)
+    env = gym.make("EnvACE-ToolCall-v0", suite="builtin/files", split="train")
+    examples = build_sft_examples(env, policy, max_examples=6, progress=False)
+    group = [e for e in examples if e.input_ids[: e.head] == examples[0].input_ids[: examples[0].head]][:3]
+    assert group[0].head > 0
+    with torch.no_grad():
+        plain = actor_token_loss(policy.model, _collate(group, policy.engine.pad_id, 768))
+        shared = _collate(group, policy.engine.pad_id, 768, shared_head=True)
+        assert "head_ids" in shared
+        assert torch.allclose(plain, actor_token_loss(policy.model, shared), atol=1e-5)
