@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from envace_gym.calls import ToolCall, format_calls
 from envace_gym.tasks import Task, TaskSuite
 
-__all__ = ["TextPolicy", "OraclePolicy", "RandomPolicy", "NoopPolicy", "make_scripted_policy", "SCRIPTED_POLICIES"]
+__all__ = ["TextPolicy", "OraclePolicy", "RandomPolicy", "NoopPolicy", "make_scripted_policy", "play_episode", "SCRIPTED_POLICIES"]
 
 
 class TextPolicy(Protocol):
@@ -113,6 +113,17 @@ class RandomPolicy:
         if kind == "object":
             return {} if depth > 1 else {"k": self._value({"type": "string"}, depth + 1)}
         return self.rng.choice(["", "x", "A-1234", "/home", "2026-03-14", json.dumps({"a": 1})])
+
+
+def play_episode(env: Any, policy: TextPolicy, task_id: str) -> dict[str, Any]:
+    """Play one whole episode of ``task_id``; returns the last ``info`` (with the full ``messages``)."""
+    policy.reset()
+    obs, info = env.reset(options={"task_id": task_id})
+    done = False
+    while not done:
+        obs, _, terminated, truncated, info = env.step(policy.act(obs, info))
+        done = terminated or truncated
+    return info
 
 
 SCRIPTED_POLICIES = ("oracle", "random", "noop")

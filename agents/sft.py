@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from .chat import encode_conversation
 from .policy import LMPolicy, bf16_supported
-from .scripted import OraclePolicy
+from .scripted import OraclePolicy, play_episode
 
 __all__ = ["SFTConfig", "SFTExample", "build_sft_examples", "train_sft"]
 
@@ -63,12 +63,7 @@ def build_sft_examples(env: gym.Env, policy: LMPolicy, max_examples: int | None 
     oracle = OraclePolicy(env.unwrapped.suite)
     examples = []
     for task in tqdm(pool, desc="sft data", disable=not progress, unit="task"):
-        oracle.reset()
-        obs, info = env.reset(options={"task_id": task.id})
-        done = False
-        while not done:
-            obs, _, terminated, truncated, info = env.step(oracle.act(obs, info))
-            done = terminated or truncated
+        info = play_episode(env, oracle, task.id)
         stream = encode_conversation(policy.chat, info["messages"], info["tools"])
         examples.append(SFTExample(task.id, stream.ids, [1 if r == "actor" else 0 for r in stream.roles], stream.head))
     return examples

@@ -13,6 +13,8 @@ from envace_gym.envs.builtin import travel
 from envace_gym.rewards import EpisodeRecord, normalize_answer, score_episode
 from envace_gym.tasks import Task
 
+from domain_checks import reference_hash
+
 # ------------------------------------------------------------------------------ a small hand-made world
 STATE = {
     "cities": ["Lisbon", "Madrid", "Oslo"],
@@ -315,11 +317,7 @@ def test_reference_answers_contain_their_required_strings(suites):
 
 
 def replay(task: Task) -> str:
-    b = travel.make_backend(timeout=None)
-    b.reset(task)
-    for ref in task.reference_calls:
-        assert b.execute(ref.call).ok
-    return b.state_hash()
+    return reference_hash(task, travel.make_backend)
 
 
 def test_reference_replay_scores_one_and_null_policy_fails(suites):

@@ -128,14 +128,9 @@ def test_sync_vector_env_is_accepted(policy):
 def test_encode_conversation_tags_assistant_text_as_actor(policy):
     env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")
     task = next(t for t in env.unwrapped.pool if t.reference_calls)
-    from envace_gym.agents.scripted import OraclePolicy
+    from envace_gym.agents.scripted import OraclePolicy, play_episode
 
-    oracle = OraclePolicy(env.unwrapped.suite)
-    obs, info = env.reset(options={"task_id": task.id})
-    done = False
-    while not done:
-        obs, _, term, trunc, info = env.step(oracle.act(obs, info))
-        done = term or trunc
+    info = play_episode(env, OraclePolicy(env.unwrapped.suite), task.id)
     stream = encode_conversation(policy.chat, info["messages"], info["tools"])
     actor_text = policy.tokenizer.decode([t for t, r in zip(stream.ids, stream.roles) if r == "actor"])
     assert actor_text == "".join(m["content"] + "<|im_end|>" for m in info["messages"] if m["role"] == "assistant")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from envace_gym.backends import PythonBackend, Toolkit
 from envace_gym.calls import ToolCall
 from envace_gym.tasks import RefCall, RefTurn, Task
 
-__all__ = ["ReferenceRecorder", "task_rng", "pick_template", "SPLITS"]
+__all__ = ["ReferenceRecorder", "task_rng", "pick_template", "generate_tasks", "SPLITS"]
 
 SPLITS = ("train", "test")
 
@@ -23,6 +23,26 @@ SPLITS = ("train", "test")
 def task_rng(domain: str, split: str, index: int, seed: int = 0) -> random.Random:
     """A per-task RNG, so each task is reproducible on its own and independent of the suite size."""
     return random.Random(f"envace/{domain}/{split}/{index}/{seed}")
+
+
+def generate_tasks(
+    domain: str,
+    split: str,
+    count: int,
+    kinds: Sequence[str],
+    weights: Sequence[float],
+    make: Callable[[str, random.Random, str, str], Task],
+) -> list[Task]:
+    """The generation loop every domain shares: task ``i`` gets its own RNG (so it does not depend on
+    ``count``), a kind drawn by weight, and ``make(kind, rng, split, task_id)`` builds it."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    tasks = []
+    for i in range(count):
+        rng = task_rng(domain, split, i)
+        kind = rng.choices(list(kinds), list(weights))[0]
+        tasks.append(make(kind, rng, split, f"{domain}-{split}-{i:04d}"))
+    return tasks
 
 
 def pick_template(rng: random.Random, templates: dict[str, Sequence[str]], split: str) -> str:

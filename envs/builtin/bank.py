@@ -8,7 +8,7 @@ from typing import Any
 from envace_gym.backends import PythonBackend, Toolkit, tool
 from envace_gym.tasks import Task
 
-from ._common import ReferenceRecorder, pick_template, task_rng
+from ._common import ReferenceRecorder, generate_tasks, pick_template
 
 DOMAIN = "bank"
 BACKEND = f"builtin/{DOMAIN}"
@@ -310,9 +310,4 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
 def generate(split: str, count: int) -> list[Task]:
     """``count`` deterministic tasks of ``split`` ("train" or "test")."""
     kinds, weights = zip(*_KINDS)
-    tasks = []
-    for i in range(count):
-        rng = task_rng(DOMAIN, split, i)
-        kind = rng.choices(kinds, weights)[0]
-        tasks.append(_make(kind, rng, split, f"{DOMAIN}-{split}-{i:04d}"))
-    return tasks
+    return generate_tasks(DOMAIN, split, count, kinds, weights, _make)

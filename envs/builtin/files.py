@@ -10,7 +10,7 @@ from typing import Any
 from envace_gym.backends import PythonBackend, Toolkit, tool
 from envace_gym.tasks import Task
 
-from ._common import SPLITS, ReferenceRecorder, pick_template, task_rng
+from ._common import ReferenceRecorder, generate_tasks, pick_template
 
 DOMAIN = "files"
 BACKEND = f"builtin/{DOMAIN}"
@@ -541,13 +541,4 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
 
 def generate(split: str, count: int) -> list[Task]:
     """``count`` deterministic tasks of ``split`` ("train" or "test"); task ``i`` does not depend on ``count``."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
-    kinds = [k for k, _, _ in _KINDS]
-    weights = [w for _, _, w in _KINDS]
-    tasks = []
-    for i in range(count):
-        rng = task_rng(DOMAIN, split, i)
-        kind = rng.choices(kinds, weights)[0]
-        tasks.append(_make(kind, rng, split, f"{DOMAIN}-{split}-{i:04d}"))
-    return tasks
+    return generate_tasks(DOMAIN, split, count, [k for k, _, _ in _KINDS], [w for _, _, w in _KINDS], _make)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from envace_gym.backends import PythonBackend, Toolkit, tool
 from envace_gym.tasks import Task
 
-from ._common import ReferenceRecorder, pick_template, task_rng
+from ._common import ReferenceRecorder, generate_tasks, pick_template
 
 DOMAIN = "travel"
 BACKEND = f"builtin/{DOMAIN}"
@@ -692,16 +692,13 @@ _BUILDERS: dict[str, Callable[[_Ctx], _Built]] = {
 }
 
 
+def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
+    rec, turns, reward = _BUILDERS[kind](_Ctx(rng, split, _world(rng, split)))
+    return rec.build(id=task_id, domain=DOMAIN, split=split, user_turns=turns, reward=reward, system=SYSTEM,
+                     metadata={"kind": kind})
+
+
 def generate(split: str, count: int) -> list[Task]:
     """``count`` deterministic tasks of ``split`` ("train" or "test"), each with its own small world."""
-    if split not in _CITIES:
-        raise ValueError(f"unknown split {split!r}; use 'train' or 'test'")
     kinds, weights = zip(*_KINDS)
-    tasks = []
-    for i in range(count):
-        rng = task_rng(DOMAIN, split, i)
-        kind = rng.choices(kinds, weights)[0]
-        rec, turns, reward = _BUILDERS[kind](_Ctx(rng, split, _world(rng, split)))
-        tasks.append(rec.build(id=f"{DOMAIN}-{split}-{i:04d}", domain=DOMAIN, split=split, user_turns=turns,
-                               reward=reward, system=SYSTEM, metadata={"kind": kind}))
-    return tasks
+    return generate_tasks(DOMAIN, split, count, kinds, weights, _make)
