@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -49,6 +49,7 @@ class Generation:
     logprobs: list[float]
     finish_reason: str  # "stop" (an end-of-turn token) or "length"
     prompt_tokens: int = 0  # tokens encoded for this call (after cache reuse)
+    prompt_ids: list[int] = field(default_factory=list, repr=False)  # the whole prompt it continued
 
 
 @dataclass
@@ -196,6 +197,7 @@ class HFEngine:
                     logprobs=gen_lps[i],
                     finish_reason=reasons[i],
                     prompt_tokens=len(prompts[i]) - (len(reused[i].ids) if reused[i] else 0),
+                    prompt_ids=list(prompts[i]),
                 )
             )
         return results

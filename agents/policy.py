@@ -7,11 +7,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from envace_gym.rehearsal import ImagineRequest
 
 from .chat import ChatFormat
 from .engine import Generation, HFEngine, SamplingConfig
@@ -26,20 +28,6 @@ def bf16_supported() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
-
-
-@dataclass
-class ImagineRequest:
-    """A request to the environment role: the simulator prompt (as chat messages) and what it is about.
-
-    The rehearsal wrapper builds ``messages`` (tool schemas, grounding examples, the conversation so far,
-    the current call); ``key`` names a conversation whose KV cache may be reused.
-    """
-
-    messages: list[dict[str, Any]]
-    tool: str = ""
-    arguments: dict[str, Any] = field(default_factory=dict)
-    key: str | None = None
 
 
 class LMPolicy:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from .backends import Backend, PythonBackend, ToolResult, Toolkit, make_backend, register_backend, tool
+from .backends import Backend, PythonBackend, ReplayBackend, ToolResult, Toolkit, make_backend, register_backend, tool
 from .calls import CallError, ErrorCode, ParsedAction, ToolCall, format_calls, parse_calls
+from .rehearsal import ImagineRequest, SelfRehearsalEnv
 from .suites import load_suite, register_suite, suite_names
 from .tasks import RefCall, RefTurn, Task, TaskFormatError, TaskSuite
 from .tools import SchemaError, ToolSpec
@@ -33,8 +34,11 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "SelfRehearsalEnv",
+    "ImagineRequest",
     "Backend",
     "PythonBackend",
+    "ReplayBackend",
     "ToolResult",
     "Toolkit",
     "tool",

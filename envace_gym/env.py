@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 
-from .backends import Backend, ToolResult, make_backend
+from .backends import Backend, ReplayBackend, ToolResult, make_backend
 from .calls import CallError, ErrorCode, ParsedAction, ToolCall, parse_calls, tool_calls_to_openai
 from .rewards import EpisodeRecord, reference_state_hash, score_episode
 from .spaces import UnicodeText
@@ -47,7 +47,9 @@ class ToolCallEnv(gym.Env[str, str]):
         suite: a registered suite name (``"builtin"``, ``"builtin/retail"``) or a ``.jsonl`` task file.
         split: which split :meth:`reset` draws from (``"train"``, ``"test"``); ``None`` for all.
         tasks: tasks to use instead of ``suite`` (a :class:`TaskSuite` or a list of :class:`Task`).
-        backend: ``"real"`` (each task's registered real backend) or a callable ``task -> Backend``.
+        backend: ``"real"`` (each task's registered real backend), ``"replay:PATH"`` (results from a
+            JSONL cache; a miss is an error), ``"cache:PATH"`` (cache first, then the real backend, whose
+            answers are written back: recording), or a callable ``task -> Backend``.
         max_turns: assistant messages per episode before truncation (a task's own ``max_turns`` wins).
         tool_timeout: seconds one tool call may run before it becomes a ``TOOL_TIMEOUT`` error.
         max_action_chars: longer actions are refused with an error observation (and kept in history).
@@ -75,8 +77,11 @@ class ToolCallEnv(gym.Env[str, str]):
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
-        if isinstance(backend, str) and backend != "real":
-            raise ValueError(f"unknown backend {backend!r}; this release supports 'real' or a callable task -> Backend")
+        if isinstance(backend, str) and backend != "real" and backend.partition(":")[0] not in ("replay", "cache"):
+            raise ValueError(
+                f"unknown backend {backend!r}; use 'real', 'replay:PATH', 'cache:PATH' or a callable task -> Backend "
+                "(imagined results: wrap the env in envace_gym.SelfRehearsalEnv)"
+            )
         self.suite = tasks if isinstance(tasks, TaskSuite) else TaskSuite(tasks, "custom") if tasks is not None else load_suite(suite)
         self.split = split
         self.pool = self._pool(self.suite, split)
@@ -103,6 +108,7 @@ class ToolCallEnv(gym.Env[str, str]):
         self._steps = 0
         self._done = True
         self._call_seq = 0
+        self.episode_index = -1  # counts resets: lets observers tell episodes apart
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -119,6 +125,7 @@ class ToolCallEnv(gym.Env[str, str]):
         self._steps = 0
         self._call_seq = 0
         self._done = False
+        self.episode_index += 1
         return self.task.user_turns[0], self._info([], [])
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -206,7 +213,13 @@ class ToolCallEnv(gym.Env[str, str]):
         if not task.backend:
             raise ValueError(f"task {task.id!r} names no backend; set Task.backend or pass backend=<callable>")
         if task.backend not in self._backends:
-            self._backends[task.backend] = make_backend(task.backend, timeout=self.tool_timeout)
+            real = make_backend(task.backend, timeout=self.tool_timeout)
+            kind, _, path = self.backend_spec.partition(":")
+            if kind == "replay":
+                real = ReplayBackend(path, on_miss="error")
+            elif kind == "cache":
+                real = ReplayBackend(path, fallback=real, on_miss="fallback", write_back=True)
+            self._backends[task.backend] = real
         return self._backends[task.backend]
 
     def _next_call_id(self) -> str:
@@ -263,15 +276,26 @@ class ToolCallEnv(gym.Env[str, str]):
 
         def expected() -> str:
             if task.id not in self._expected_hashes:
-                self._expected_hashes[task.id] = reference_state_hash(task, lambda: self._fresh_backend(task))
+                self._expected_hashes[task.id] = reference_state_hash(task, lambda: self.real_backend_for(task))
             return self._expected_hashes[task.id]
 
         return score_episode(task, self._record, expected_state_hash=expected)
 
-    def _fresh_backend(self, task: Task) -> Backend:
+    def real_backend_for(self, task: Task) -> Backend:
+        """A fresh real backend for ``task``: the reference state for ``state_match`` always comes from one,
+        whatever backend answers the agent's calls."""
+        if task.backend:
+            return make_backend(task.backend, timeout=self.tool_timeout)
         if callable(self.backend_spec):
             return self.backend_spec(task)
-        return make_backend(task.backend, timeout=self.tool_timeout)
+        raise ValueError(f"task {task.id!r} names no backend")
+
+    def abort(self, reason: str) -> dict[str, Any]:
+        """End the episode now with reward 0 (e.g. an unusable imagined result); returns the info to report."""
+        assert self.task is not None
+        self._done = True
+        components = {basis: 0.0 for basis in self.task.reward}
+        return {"reward_components": components, "success": False, "aborted": reason}
 
     def _info(self, results: list[ToolResult], errors: list[CallError]) -> dict[str, Any]:
         assert self.task is not None

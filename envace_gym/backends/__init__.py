@@ -10,11 +10,14 @@ from typing import Any, Callable
 from .._registry import Registry
 from .base import Backend, ToolResult, state_digest, validate_call
 from .python import PythonBackend, Toolkit, tool
+from .replay import ReplayBackend, ReplayFileError
 
 __all__ = [
     "Backend",
     "ToolResult",
     "PythonBackend",
+    "ReplayBackend",
+    "ReplayFileError",
     "Toolkit",
     "tool",
     "validate_call",

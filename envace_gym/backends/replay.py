@@ -1,0 +1,142 @@
+"""Record/replay caches of tool results (JSON Lines, never pickle).
+
+An entry is keyed by (task id, tool, canonical arguments, occurrence): the n-th identical call of an
+episode. Keying on the task and the occurrence keeps replay exact for stateful tools (the second
+``get_balance`` after a transfer is a different entry from the first).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..calls import CallError, ErrorCode, ToolCall, canonical_json
+from ..tools import ToolSpec
+from .base import Backend, ToolResult, state_digest, validate_call
+
+if TYPE_CHECKING:
+    from ..tasks import Task
+
+__all__ = ["ReplayBackend", "ReplayFileError"]
+
+
+class ReplayFileError(ValueError):
+    """A replay cache line that cannot be read."""
+
+
+def _key(task_id: str, name: str, arguments: dict[str, Any], occurrence: int) -> str:
+    return f"{task_id}\x1f{name}\x1f{canonical_json(arguments)}\x1f{occurrence}"
+
+
+class ReplayBackend:
+    """Answers calls from a cache file; on a miss, an error or the next backend of a chain.
+
+    Args:
+        path: the JSONL cache (created on the first write when missing).
+        fallback: the backend to ask on a miss (e.g. the real one, or an imagined one).
+        on_miss: ``"error"`` (a ``TOOL_EXECUTION_ERROR`` result) or ``"fallback"``.
+        write_back: append what the fallback answered, so the next run replays it (recording).
+    """
+
+    def __init__(self, path: str | Path, fallback: Backend | None = None, on_miss: str = "error", write_back: bool = False) -> None:
+        if on_miss not in ("error", "fallback"):
+            raise ValueError(f"on_miss must be 'error' or 'fallback', got {on_miss!r}")
+        if on_miss == "fallback" and fallback is None:
+            raise ValueError("on_miss='fallback' needs a fallback backend")
+        self.path = Path(path)
+        self.fallback = fallback
+        self.on_miss = on_miss
+        self.write_back = write_back
+        self.entries = self._load()
+        self.task: "Task | None" = None
+        self.tools: Sequence[ToolSpec] = []
+        self.call_count = 0
+        self.hits = self.misses = 0
+        self._seen: dict[str, int] = {}
+        self._ok_calls: list[ToolCall] = []
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        entries: dict[str, dict[str, Any]] = {}
+        if not self.path.exists():
+            return entries
+        with self.path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    key = _key(rec["task_id"], rec["name"], rec["arguments"], int(rec["occurrence"]))
+                    rec["payload"]  # noqa: B018 - required field
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise ReplayFileError(f"{self.path}:{lineno}: not a replay entry ({type(exc).__name__}: {exc})") from None
+                entries[key] = rec
+        return entries
+
+    def reset(self, task: "Task | None" = None, seed: int | None = None) -> None:
+        self.task = task
+        self.tools = list(task.tool_specs) if task is not None else []
+        self.call_count = 0
+        self._seen = {}
+        self._ok_calls = []
+        if self.fallback is not None:
+            self.fallback.reset(task, seed)
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        self.call_count += 1
+        error = validate_call(call, {s.name: s for s in self.tools})
+        if error is not None:
+            return ToolResult(call, None, error)
+        task_id = self.task.id if self.task is not None else ""
+        base = f"{call.name}\x1f{canonical_json(call.arguments)}"
+        occurrence = self._seen.get(base, 0)
+        self._seen[base] = occurrence + 1
+        key = _key(task_id, call.name, call.arguments, occurrence)
+        rec = self.entries.get(key)
+        if rec is not None:
+            self.hits += 1
+            result = self._from_record(call, rec)
+            if self.fallback is not None:  # keep the chained backend's state in step
+                self.fallback.execute(call)
+        else:
+            self.misses += 1
+            if self.on_miss == "error":
+                return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, f"replay miss: no cached result for {call.name} (occurrence {occurrence + 1})")
+            result = self.fallback.execute(call)  # type: ignore[union-attr]
+            if self.write_back:
+                self._append(task_id, call, occurrence, result)
+        if result.ok:
+            self._ok_calls.append(call)
+        return result
+
+    def _from_record(self, call: ToolCall, rec: dict[str, Any]) -> ToolResult:
+        payload = rec["payload"]
+        if rec.get("ok", True):
+            return ToolResult(call, payload)
+        err = payload.get("error", {}) if isinstance(payload, dict) else {}
+        code = err.get("code", ErrorCode.TOOL_EXECUTION_ERROR.value)
+        return ToolResult(call, None, CallError(ErrorCode(code) if code in ErrorCode.__members__ else ErrorCode.TOOL_EXECUTION_ERROR, err.get("message", ""), call.name))
+
+    def _append(self, task_id: str, call: ToolCall, occurrence: int, result: ToolResult) -> None:
+        rec = {"task_id": task_id, "name": call.name, "arguments": call.arguments, "occurrence": occurrence, "ok": result.ok, "payload": result.payload()}
+        self.entries[_key(task_id, call.name, call.arguments, occurrence)] = rec
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+    def state(self) -> dict[str, Any]:
+        return self.fallback.state() if self.fallback is not None else {"calls": [c.to_dict() for c in self._ok_calls]}
+
+    def state_hash(self) -> str:
+        if self.fallback is not None:
+            return self.fallback.state_hash()
+        if self.task is not None and self.task.backend:
+            # Replay-only: the offline check replays the answered calls on a fresh real backend.
+            from . import make_backend
+
+            real = make_backend(self.task.backend, timeout=None)
+            real.reset(self.task, seed=0)
+            for call in self._ok_calls:
+                real.execute(call)
+            return real.state_hash()
+        return state_digest(self.state())
