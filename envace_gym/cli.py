@@ -7,6 +7,7 @@ import json
 import os
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -56,15 +57,44 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _make_env(args: argparse.Namespace) -> gym.Env:
+IMAGINED_BACKENDS = ("self", "simulator")
+
+
+def _backend_arg(value: str) -> str:
+    kind = value.partition(":")[0]
+    if value in ("real", *IMAGINED_BACKENDS) or (kind in ("replay", "cache") and value.partition(":")[2]):
+        return value
+    raise argparse.ArgumentTypeError(f"unknown backend {value!r}; use real, self, simulator, replay:PATH or cache:PATH")
+
+
+def _make_env(args: argparse.Namespace, imaginer: Any = None) -> gym.Env:
+    """The env of ``args``; with an imagined backend, wrapped so that ``imaginer`` answers tool calls."""
     if args.env not in _env_ids():
         raise UserError(f"unknown env id {args.env!r}; available: {', '.join(_env_ids())}")
-    kwargs: dict[str, Any] = {"split": args.split, "backend": args.backend}
+    backend = args.backend if args.backend not in IMAGINED_BACKENDS else "real"
+    kwargs: dict[str, Any] = {"split": args.split, "backend": backend}
     if args.suite:
         kwargs["suite"] = args.suite
     if args.max_turns:
         kwargs["max_turns"] = args.max_turns
-    return gym.make(args.env, **kwargs)
+    env = gym.make(args.env, **kwargs)
+    if args.backend in IMAGINED_BACKENDS:
+        from .rehearsal import SelfRehearsalEnv
+
+        env = SelfRehearsalEnv(env, imaginer)
+    return env
+
+
+def _imaginer(args: argparse.Namespace, actor: Any) -> Any:
+    """Who imagines tool results: the actor itself (``self``) or a separate frozen model (``simulator``)."""
+    if args.backend == "self":
+        if actor is None:
+            raise UserError("--backend self needs an LM policy (it imagines its own tool results); "
+                            "for a scripted actor use --backend simulator --simulator SPEC")
+        return actor
+    if args.backend == "simulator":
+        return _load_lm(args.simulator, args)
+    return None
 
 
 def _lm_sampling(args: argparse.Namespace):
@@ -87,25 +117,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from envace_gym.agents.evaluate import EvalReport, evaluate
     from envace_gym.agents.scripted import SCRIPTED_POLICIES, make_scripted_policy
 
-    env = _make_env(args)
+    is_lm = args.policy in LM_POLICIES or args.policy.partition(":")[0] in LM_POLICY_KINDS
+    if args.policy not in SCRIPTED_POLICIES and not is_lm:
+        raise UserError(f"unknown policy {args.policy!r}; choose from {', '.join(SCRIPTED_POLICIES + LM_POLICIES)} or ckpt:DIR, hf:PATH, gguf:PATH")
+    lm = _load_lm(args.policy, args) if is_lm else None
+    imaginer = _imaginer(args, lm)
+    env = _make_env(args, imaginer)
     pool = env.unwrapped.pool
     episodes = args.episodes or len(pool)
     if args.policy in SCRIPTED_POLICIES:
         policy = make_scripted_policy(args.policy, env.unwrapped.suite, seed=args.seed)
         report = evaluate(env, policy, episodes, seed=args.seed, progress=not args.no_progress, desc=f"eval {args.policy}")
         trajectories = None
-    elif args.policy in LM_POLICIES or args.policy.partition(":")[0] in LM_POLICY_KINDS:
+    else:
         from envace_gym.agents.rollout import collect, save_trajectories
 
-        lm = _load_lm(args.policy, args)
-        envs = [env] + [_make_env(args) for _ in range(max(1, args.batch_size) - 1)]
+        envs = [env] + [_make_env(args, imaginer) for _ in range(max(1, args.batch_size) - 1)]
         order = list(range(len(pool)))
         random.Random(args.seed).shuffle(order)
         task_ids = [pool[order[i % len(order)]].id for i in range(episodes)]
         trajectories = collect(envs, lm, episodes, task_ids=task_ids, seed=args.seed, progress=not args.no_progress, desc=f"eval {args.policy}")
         report = EvalReport([t.to_result() for t in trajectories])
-    else:
-        raise UserError(f"unknown policy {args.policy!r}; choose from {', '.join(SCRIPTED_POLICIES + LM_POLICIES)} or ckpt:DIR, hf:PATH, gguf:PATH")
     summary = {"env": args.env, "suite": env.unwrapped.suite.name, "split": args.split, "policy": args.policy,
                "backend": args.backend, "seed": args.seed, **report.summary()}
     if args.out:
@@ -134,6 +166,29 @@ def cmd_sft(args: argparse.Namespace) -> int:
     summary = train_sft(policy, examples, cfg, args.out, progress=not args.no_progress)
     summary["out"] = args.out
     print(json.dumps(summary) if args.json else f"saved checkpoint to {args.out} (load it with --policy ckpt:{args.out}): {summary}")
+    return 0
+
+
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    from envace_gym.agents.fidelity import fidelity_report, fidelity_table, save_report
+
+    args.backend = "real"
+    policy = _load_lm(args.policy, args)
+    imaginers = {"self": policy}
+    if args.simulator:
+        imaginers["simulator"] = _load_lm(args.simulator, args)
+    report = fidelity_report(lambda: _make_env(args), imaginers, args.episodes, seed=args.seed, progress=not args.no_progress)
+    report.update({"policy": args.policy, "simulator": args.simulator or None, "split": args.split})
+    out = Path(args.out or f"runs/fidelity-{time.strftime('%Y%m%d-%H%M%S')}")
+    save_report(report, out)
+    report["out"] = str(out)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        from rich.console import Console
+
+        Console().print(fidelity_table(report))
+        Console().print(f"report: {out}/fidelity.json, plot: {out}/fidelity.png")
     return 0
 
 
@@ -182,7 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument("--suite", default=None, help="suite name (see `envace list`) or a .jsonl task file")
     p_eval.add_argument("--split", default="test", help="task split to draw from (default: test)")
     p_eval.add_argument("--policy", default="oracle", help="oracle | random | noop | default | tiny | ckpt:DIR | hf:PATH | gguf:PATH")
-    p_eval.add_argument("--backend", default="real", choices=["real"], help="tool backend (default: real)")
+    p_eval.add_argument("--backend", default="real", type=_backend_arg,
+                        help="real | self (the LM policy imagines results) | simulator (a separate model does) | replay:PATH | cache:PATH")
+    p_eval.add_argument("--simulator", default="default", help="the env-role model for --backend simulator")
     p_eval.add_argument("--episodes", type=int, default=0, help="episodes to run (default: every task once)")
     p_eval.add_argument("--seed", type=int, default=0)
     p_eval.add_argument("--max-turns", type=int, default=0, help="assistant messages per episode before truncation")
@@ -206,11 +263,26 @@ def build_parser() -> argparse.ArgumentParser:
     p_sft.add_argument("--max-examples", type=int, default=0, help="train tasks to use (default: all)")
     p_sft.add_argument("--seed", type=int, default=0)
     p_sft.add_argument("--max-turns", type=int, default=0)
-    p_sft.add_argument("--backend", default="real", choices=["real"])
+    p_sft.add_argument("--backend", default="real", choices=["real"], help="reference episodes always use real tools")
     p_sft.add_argument("--json", action="store_true")
     p_sft.add_argument("--no-progress", action="store_true")
     _add_lm_args(p_sft)
     p_sft.set_defaults(func=cmd_sft)
+
+    p_fid = sub.add_parser("fidelity", help="how close imagined tool results are to the real ones")
+    p_fid.add_argument("--env", default="EnvACE-ToolCall-v0")
+    p_fid.add_argument("--suite", default=None)
+    p_fid.add_argument("--split", default="test")
+    p_fid.add_argument("--policy", default="default", help="the model whose env role is measured (backend self)")
+    p_fid.add_argument("--simulator", default="", help="also measure a separate simulator model (backend simulator)")
+    p_fid.add_argument("--episodes", type=int, default=20)
+    p_fid.add_argument("--seed", type=int, default=0)
+    p_fid.add_argument("--max-turns", type=int, default=0)
+    p_fid.add_argument("--out", default=None, help="folder for fidelity.json and fidelity.png")
+    p_fid.add_argument("--json", action="store_true")
+    p_fid.add_argument("--no-progress", action="store_true")
+    _add_lm_args(p_fid)
+    p_fid.set_defaults(func=cmd_fidelity, max_new_tokens=160)
 
     p_demo = sub.add_parser("demo", help="the main job: evaluate, warm-start and re-evaluate the embedded model")
     p_demo.add_argument("--policy", default="default")

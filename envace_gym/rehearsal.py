@@ -35,6 +35,8 @@ __all__ = [
     "build_simulator_prompt",
     "parse_execution_result",
     "SIMULATOR_SYSTEM_PROMPT",
+    "RealResultImaginer",
+    "format_execution_result",
 ]
 
 SIMULATOR_SYSTEM_PROMPT = (
@@ -208,6 +210,38 @@ class ImaginedBackend:
         for call in self._ok_calls:
             real.execute(call)
         return real.state_hash()
+
+
+class RealResultImaginer:
+    """An env role that answers with what the real backend returns: a perfect simulator.
+
+    It keeps a shadow real backend in step with the episode. Uses: the interchangeability check (an
+    imagined run must then equal the real run), and targets for warm-starting the env role.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env = env.unwrapped
+        self._episode = None
+        self._shadow: Any = None
+
+    def imagine(self, request: ImagineRequest) -> Any:
+        base = self.env
+        if self._episode != base.episode_index:
+            self._episode = base.episode_index
+            self._shadow = base.real_backend_for(base.task)
+            self._shadow.reset(base.task, seed=0)
+        result = self._shadow.execute(ToolCall(request.tool, request.arguments))
+        return _Text(format_execution_result(result.payload()))
+
+
+@dataclass
+class _Text:
+    text: str
+
+
+def format_execution_result(value: Any) -> str:
+    """The answer format the env role must produce."""
+    return f"<execution_result>\n{json.dumps(value, ensure_ascii=False)}\n</execution_result>"
 
 
 class SelfRehearsalEnv(gym.Wrapper):

@@ -10,25 +10,19 @@ import envace_gym
 from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
 from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.backends import ReplayBackend, ReplayFileError, make_backend
-from envace_gym.rehearsal import parse_execution_result
+from envace_gym.rehearsal import RealResultImaginer, parse_execution_result
 
 
-class EchoRealResult:
-    """A scripted env role that answers with what the real backend returns (a perfect simulator)."""
+class CountingImaginer(RealResultImaginer):
+    """The perfect env role, counting its requests."""
 
     def __init__(self, env):
-        self.env = env.unwrapped
-        self.episode = None
+        super().__init__(env)
         self.requests = []
 
     def imagine(self, request):
-        if self.episode != self.env.episode_index:  # a new episode: a fresh shadow of the real world
-            self.episode = self.env.episode_index
-            self.shadow = make_backend(self.env.task.backend, timeout=None)
-            self.shadow.reset(self.env.task)
         self.requests.append(request)
-        result = self.shadow.execute(ToolCall(request.tool, request.arguments))
-        return SimpleNamespace(text=f"<execution_result>\n{json.dumps(result.payload())}\n</execution_result>")
+        return super().imagine(request)
 
 
 class Scripted:
@@ -63,7 +57,7 @@ def test_ids():
 def test_perfect_env_role_is_interchangeable_with_the_real_backend(test_ids):
     real = run_oracle(gym.make("EnvACE-ToolCall-v0", split="test"), test_ids)
     env = gym.make("EnvACE-ToolCall-v0", split="test")
-    echo = EchoRealResult(env)
+    echo = CountingImaginer(env)
     imagined = run_oracle(SelfRehearsalEnv(env, echo), test_ids)
     assert echo.requests  # the results really were imagined
     for (m_real, c_real, s_real), (m_im, c_im, s_im) in zip(real, imagined):
@@ -171,3 +165,33 @@ def test_lm_policy_as_env_role_records_samples():
     assert len(sample["completion_ids"]) == len(sample["logprobs"]) > 0 and len(sample["prompt_ids"]) > 50
     assert term and reward == 0.0  # a random model cannot write an execution_result: the paper's rule
     assert policy.tokenizer.decode(sample["prompt_ids"]).count("precise tool simulator") == 1
+
+
+def test_fidelity_report_fields_and_perfect_simulator():
+    from envace_gym.agents.fidelity import fidelity_report, leaf_f1
+    from envace_gym.agents.testing import tiny_policy
+
+    made = []
+
+    def factory():
+        made.append(gym.make("EnvACE-ToolCall-v0", suite="builtin/retail", split="test"))
+        return made[-1]
+
+    class LateBound(RealResultImaginer):
+        """The perfect env role, bound to whichever env the report made last."""
+
+        def __init__(self):
+            self._episode, self._shadow = None, None
+
+        @property
+        def env(self):
+            return made[-1].unwrapped
+
+    report = fidelity_report(factory, {"perfect": LateBound(), "tiny": tiny_policy()}, episodes=4, progress=False)
+    good, bad = report["backends"]["perfect"], report["backends"]["tiny"]
+    assert report["episodes"] == 4 and good["calls"] >= 4
+    for key in ("parse_valid_rate", "schema_valid_rate", "exact_match", "key_f1", "success_agreement"):
+        assert good[key] == 1.0, key
+        assert 0.0 <= bad[key] <= 1.0
+    assert bad["parse_valid_rate"] < 1.0
+    assert leaf_f1({"a": 1, "b": 2}, {"a": 1, "b": 3}) == 0.5 and leaf_f1(None, {"a": 1}) == 0.0

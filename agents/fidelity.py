@@ -1,0 +1,165 @@
+"""Fidelity report: how close imagined tool results are to the real ones.
+
+The oracle's episodes are played with each imagined backend answering its calls (``self``: the policy
+itself, prompted; ``simulator``: a separate frozen model). Every imagined answer is compared with the
+real result the reference trajectory recorded for that call:
+
+* ``parse_valid_rate``: an ``<execution_result>`` block holding a non-empty JSON object or array;
+* ``schema_valid_rate``: parse-valid and within the tool's ``returns`` schema;
+* ``exact_match``: equal to the real result (canonical JSON);
+* ``key_f1``: F1 over (path, value) leaves of the two JSON values;
+* ``success_agreement``: how often the oracle's episode success under imagination equals its success
+  under the real backend (always 1.0 there).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from envace_gym.calls import canonical_json
+from envace_gym.rehearsal import ImagineRequest, SelfRehearsalEnv, parse_execution_result
+
+from .scripted import OraclePolicy, play_episode
+
+__all__ = ["leaf_f1", "FidelityStats", "fidelity_report", "fidelity_table", "plot_fidelity", "save_report"]
+
+
+def _leaves(value: Any, prefix: str = "") -> set[str]:
+    if isinstance(value, dict):
+        return {leaf for k, v in value.items() for leaf in _leaves(v, f"{prefix}/{k}")} or {f"{prefix}={{}}"}
+    if isinstance(value, list):
+        return {leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{prefix}[{i}]")} or {f"{prefix}=[]"}
+    return {f"{prefix}={canonical_json(value)}"}
+
+
+def leaf_f1(predicted: Any, real: Any) -> float:
+    """F1 of the (path, value) leaves of two JSON values; 0.0 when ``predicted`` is None."""
+    if predicted is None:
+        return 0.0
+    p, r = _leaves(predicted), _leaves(real)
+    hits = len(p & r)
+    if not hits:
+        return 0.0
+    precision, recall = hits / len(p), hits / len(r)
+    return 2 * precision * recall / (precision + recall)
+
+
+class _Probe:
+    """Passes requests to the imaginer and keeps what it answered."""
+
+    def __init__(self, imaginer: Any) -> None:
+        self.imaginer = imaginer
+        self.answers: list[tuple[str, str]] = []
+
+    def imagine(self, request: ImagineRequest) -> Any:
+        gen = self.imaginer.imagine(request)
+        self.answers.append((request.tool, getattr(gen, "text", gen)))
+        return gen
+
+
+@dataclass
+class FidelityStats:
+    calls: int = 0
+    parse_valid: int = 0
+    schema_valid: int = 0
+    exact: int = 0
+    f1_sum: float = 0.0
+    episodes: int = 0
+    success_agree: int = 0
+    by_tool: dict[str, list[float]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        n = max(1, self.calls)
+        return {
+            "calls": self.calls,
+            "episodes": self.episodes,
+            "parse_valid_rate": self.parse_valid / n,
+            "schema_valid_rate": self.schema_valid / n,
+            "exact_match": self.exact / n,
+            "key_f1": self.f1_sum / n,
+            "success_agreement": self.success_agree / max(1, self.episodes),
+        }
+
+
+def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Compare each imaginer's results with the real ones on ``episodes`` oracle episodes with tool calls."""
+    pool = [t for t in env_factory().unwrapped.pool if t.reference_calls]
+    random.Random(seed).shuffle(pool)
+    tasks = pool[:episodes]
+    report: dict[str, Any] = {"episodes": len(tasks), "backends": {}}
+    for name, imaginer in imaginers.items():
+        stats = FidelityStats()
+        probe = _Probe(imaginer)
+        env = SelfRehearsalEnv(env_factory(), probe, on_invalid="error_observation")
+        oracle = OraclePolicy(env.unwrapped.suite)
+        for task in tqdm(tasks, desc=f"fidelity {name}", disable=not progress, unit="ep"):
+            probe.answers = []
+            info = play_episode(env, oracle, task.id)
+            specs = {s.name: s for s in task.tool_specs}
+            for ref, (tool, text) in zip(task.reference_calls, probe.answers):
+                value, reason = parse_execution_result(text)
+                stats.calls += 1
+                ok = reason is None
+                stats.parse_valid += ok
+                stats.schema_valid += ok and not specs[tool].validate_result(value)
+                stats.exact += ok and canonical_json(value) == canonical_json(ref.result)
+                f1 = leaf_f1(value if ok else None, ref.result)
+                stats.f1_sum += f1
+                stats.by_tool.setdefault(tool, []).append(f1)
+            stats.episodes += 1
+            stats.success_agree += bool(info.get("success")) is True  # real-backend oracle success is always 1
+        summary = stats.summary()
+        summary["key_f1_by_tool"] = {t: sum(v) / len(v) for t, v in sorted(stats.by_tool.items())}
+        report["backends"][name] = summary
+    return report
+
+
+def plot_fidelity(report: dict[str, Any], path: str | Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = ["parse_valid_rate", "schema_valid_rate", "exact_match", "key_f1", "success_agreement"]
+    names = list(report["backends"])
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        ax.bar([m + i * width for m in range(len(metrics))], [report["backends"][name][k] for k in metrics], width=width, label=name)
+    ax.set_xticks([m + width * (len(names) - 1) / 2 for m in range(len(metrics))], metrics)
+    ax.set_ylim(0, 1)
+    ax.set_title(f"imagined vs real tool results ({report['episodes']} oracle episodes)")
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def fidelity_table(report: dict[str, Any]):
+    from rich.table import Table
+
+    table = Table(title=f"Fidelity of imagined tool results ({report['episodes']} oracle episodes)")
+    cols = ["backend", "calls", "parse-valid", "schema-valid", "exact", "key F1", "success agreement"]
+    for c in cols:
+        table.add_column(c, justify="left" if c == "backend" else "right")
+    for name, s in report["backends"].items():
+        table.add_row(name, str(s["calls"]), *(f"{100 * s[k]:.0f}%" for k in ("parse_valid_rate", "schema_valid_rate", "exact_match")),
+                      f"{s['key_f1']:.2f}", f"{100 * s['success_agreement']:.0f}%")
+    return table
+
+
+def save_report(report: dict[str, Any], out: Path) -> Path:
+    """``fidelity.json`` and ``fidelity.png`` in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fidelity.json").write_text(json.dumps(report, indent=2))
+    plot_fidelity(report, out / "fidelity.png")
+    return out
