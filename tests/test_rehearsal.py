@@ -9,7 +9,7 @@ import pytest
 import envace_gym
 from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
 from envace_gym.agents.scripted import OraclePolicy, play_episode
-from envace_gym.backends import ReplayBackend, ReplayFileError, make_backend
+from envace_gym.backends import ReplayBackend, ReplayFileError
 from envace_gym.rehearsal import RealResultImaginer, parse_execution_result
 
 
