@@ -19,6 +19,8 @@ import gymnasium as gym
 import torch
 from tqdm.auto import tqdm
 
+from envace_gym.rehearsal import ImagineRequest, RealResultImaginer, SelfRehearsalEnv
+
 from .chat import encode_conversation
 from .policy import LMPolicy, bf16_supported
 from .scripted import OraclePolicy, play_episode
@@ -55,17 +57,59 @@ class SFTExample:
     head: int = 0  # tokens of the shared system+tools prefix (no loss there)
 
 
-def build_sft_examples(env: gym.Env, policy: LMPolicy, max_examples: int | None = None, seed: int = 0, progress: bool = True) -> list[SFTExample]:
-    """Play the oracle through ``env`` (real backend) on its task pool and encode each episode."""
+ROLES = ("actor", "env_role")
+
+
+class _Recorder(RealResultImaginer):
+    """The perfect env role, keeping (simulator prompt, real answer) pairs as env-role targets."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.pairs: list[tuple[list[dict[str, Any]], str]] = []
+
+    def imagine(self, request: ImagineRequest) -> Any:
+        answer = super().imagine(request)
+        self.pairs.append((request.messages, answer.text))
+        return answer
+
+
+def _env_role_example(policy: LMPolicy, task_id: str, prompt: list[dict[str, Any]], answer: str) -> SFTExample:
+    head_ids, head = policy.encode_prompt(prompt)
+    target = policy.chat.encode(answer + (policy.tokenizer.eos_token or ""))
+    return SFTExample(task_id, head_ids + target, [0] * len(head_ids) + [1] * len(target), head)
+
+
+def build_sft_examples(
+    env: gym.Env,
+    policy: LMPolicy,
+    max_examples: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    roles: Sequence[str] = ("actor",),
+) -> list[SFTExample]:
+    """Play the oracle through ``env`` (real results) on its task pool and encode what each role learns.
+
+    ``actor``: each whole episode, loss on the assistant's tokens. ``env_role``: for every call, the
+    prompted-mode simulator prompt at that point of the episode, with the real result (in
+    ``<execution_result>`` form) as the target.
+    """
+    unknown = set(roles) - set(ROLES)
+    if unknown or not roles:
+        raise ValueError(f"roles must be among {ROLES}, got {list(roles)}")
     pool = list(env.unwrapped.pool)
     random.Random(seed).shuffle(pool)
     pool = pool[:max_examples] if max_examples else pool
     oracle = OraclePolicy(env.unwrapped.suite)
+    recorder = _Recorder(env)
+    play_env = SelfRehearsalEnv(env, recorder) if "env_role" in roles else env
     examples = []
     for task in tqdm(pool, desc="sft data", disable=not progress, unit="task"):
-        info = play_episode(env, oracle, task.id)
-        stream = encode_conversation(policy.chat, info["messages"], info["tools"])
-        examples.append(SFTExample(task.id, stream.ids, [1 if r == "actor" else 0 for r in stream.roles], stream.head))
+        recorder.pairs = []
+        info = play_episode(play_env, oracle, task.id)
+        if "actor" in roles:
+            stream = encode_conversation(policy.chat, info["messages"], info["tools"])
+            examples.append(SFTExample(task.id, stream.ids, [1 if r == "actor" else 0 for r in stream.roles], stream.head))
+        examples.extend(_env_role_example(policy, task.id, prompt, answer) for prompt, answer in recorder.pairs)
     return examples
 
 

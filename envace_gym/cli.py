@@ -162,7 +162,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
     policy = _load_lm(args.policy, args)
     cfg = SFTConfig(steps=args.steps or None, minutes=args.minutes or None, lr=args.lr, batch_size=args.batch_size,
                     lora=args.lora, seed=args.seed, max_examples=args.max_examples or None)
-    examples = build_sft_examples(env, policy, cfg.max_examples, seed=args.seed, progress=not args.no_progress)
+    roles = [r.strip() for r in args.roles.split(",") if r.strip()]
+    examples = build_sft_examples(env, policy, cfg.max_examples, seed=args.seed, progress=not args.no_progress, roles=roles)
     summary = train_sft(policy, examples, cfg, args.out, progress=not args.no_progress)
     summary["out"] = args.out
     print(json.dumps(summary) if args.json else f"saved checkpoint to {args.out} (load it with --policy ckpt:{args.out}): {summary}")
@@ -258,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_sft.add_argument("--minutes", type=float, default=0.0)
     p_sft.add_argument("--out", required=True, help="checkpoint folder (loads as --policy ckpt:DIR)")
     p_sft.add_argument("--lora", action="store_true", help="train LoRA adapters (merged into the checkpoint)")
+    p_sft.add_argument("--roles", default="actor", help="what to warm-start: actor, env_role, or actor,env_role")
     p_sft.add_argument("--lr", type=float, default=5e-5)
     p_sft.add_argument("--batch-size", type=int, default=4)
     p_sft.add_argument("--max-examples", type=int, default=0, help="train tasks to use (default: all)")

@@ -82,3 +82,18 @@ def test_shared_head_gives_the_same_loss(tmp_path):
         shared = _collate(group, policy.engine.pad_id, 768, shared_head=True)
         assert "head_ids" in shared
         assert torch.allclose(plain, actor_token_loss(policy.model, shared), atol=1e-5)
+
+
+def test_env_role_examples_target_the_real_result():
+    policy = tiny_policy(seed=4)
+    env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")
+    examples = build_sft_examples(env, policy, max_examples=6, progress=False, roles=["actor", "env_role"])
+    task_ids = {e.task_id for e in examples}
+    suite = env.unwrapped.suite
+    env_role = [e for e in examples if "precise tool simulator" in policy.tokenizer.decode(e.input_ids[: e.head])]
+    assert len(env_role) == sum(len(suite.get(t).reference_calls) for t in task_ids)
+    first = env_role[0]
+    target = policy.tokenizer.decode([t for t, m in zip(first.input_ids, first.loss_mask) if m])
+    ref = suite.get(first.task_id).reference_calls[0]
+    assert target == f"<execution_result>\n{json.dumps(ref.result, ensure_ascii=False)}\n</execution_result><|im_end|>"
+    assert first.loss_mask[-1] == 1 and sum(first.loss_mask) < len(first.loss_mask)
