@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from envace_gym.tools import compact_signature
+
 __all__ = ["ROLES", "ChatFormat", "TokenStream", "TemplateError", "compact_signature"]
 
 #: Per-token role tags of a trajectory.
@@ -37,32 +39,6 @@ _COMPACT_TOOLS = (
     "several blocks in one message run in parallel. When you have what you need, answer in plain text "
     "without any tool call."
 )
-
-
-def _type_label(schema: dict[str, Any]) -> str:
-    if "enum" in schema:
-        return "|".join(json.dumps(v) for v in schema["enum"])
-    if "anyOf" in schema:
-        return "|".join(_type_label(s) for s in schema["anyOf"])
-    kind = schema.get("type", "any")
-    if kind == "array" and isinstance(schema.get("items"), dict):
-        return f"list[{_type_label(schema['items'])}]"
-    return "|".join(kind) if isinstance(kind, list) else str(kind)
-
-
-def compact_signature(tool: dict[str, Any]) -> str:
-    """``name(arg: type, opt?: type = default): description``: a tool in a tenth of its JSON tokens."""
-    fn = tool.get("function", tool)
-    params = fn.get("parameters", {})
-    required = set(params.get("required", []))
-    args = []
-    for name, schema in params.get("properties", {}).items():
-        label = f"{name}{'' if name in required else '?'}: {_type_label(schema)}"
-        if "default" in schema:
-            label += f" = {json.dumps(schema['default'])}"
-        args.append(label)
-    desc = fn.get("description", "")
-    return f"- {fn['name']}({', '.join(args)})" + (f": {desc}" if desc else "")
 
 
 class TemplateError(RuntimeError):

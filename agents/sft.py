@@ -36,7 +36,7 @@ class SFTConfig:
     minutes: float | None = None  # wall-clock budget for training
     lr: float = 5e-5
     batch_size: int = 4
-    max_tokens: int = 768  # examples are cut to this many tokens
+    max_tokens: int = 1024  # longer examples are cut (actor: the end goes; env role: the middle goes)
     warmup_steps: int = 5
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -55,6 +55,7 @@ class SFTExample:
     input_ids: list[int]
     loss_mask: list[int]  # 1 on actor tokens
     head: int = 0  # tokens of the shared system+tools prefix (no loss there)
+    keep_end: bool = False  # when too long, cut the middle and keep the end (the env role's target is last)
 
 
 ROLES = ("actor", "env_role")
@@ -76,7 +77,7 @@ class _Recorder(RealResultImaginer):
 def _env_role_example(policy: LMPolicy, task_id: str, prompt: list[dict[str, Any]], answer: str) -> SFTExample:
     head_ids, head = policy.encode_prompt(prompt)
     target = policy.chat.encode(answer + (policy.tokenizer.eos_token or ""))
-    return SFTExample(task_id, head_ids + target, [0] * len(head_ids) + [1] * len(target), head)
+    return SFTExample(task_id, head_ids + target, [0] * len(head_ids) + [1] * len(target), head, keep_end=True)
 
 
 def build_sft_examples(
@@ -133,15 +134,27 @@ def _batches(examples: Sequence[SFTExample], cfg: SFTConfig, rng: random.Random)
             yield [examples[i] for i in batch]
 
 
+def _fit(e: SFTExample, head: int, max_tokens: int) -> tuple[list[int], list[int]]:
+    """The tokens after ``head`` and their loss mask, cut so that head + body fit in ``max_tokens``."""
+    room = max_tokens - head
+    body, mask = e.input_ids[head:], e.loss_mask[head:]
+    if len(body) <= room:
+        return body, mask
+    if e.keep_end:
+        keep = e.head - head  # the example's own head (when not shared) stays, then the end
+        return body[:keep] + body[-(room - keep):], mask[:keep] + mask[-(room - keep):]
+    return body[:room], mask[:room]
+
+
 def _collate(batch: Sequence[SFTExample], pad_id: int, max_tokens: int, shared_head: bool = False) -> dict[str, torch.Tensor]:
     """Right-padded tensors; with ``shared_head`` the common head goes apart as ``head_ids`` [1, H]."""
     head = batch[0].head if shared_head and all(e.input_ids[: e.head] == batch[0].input_ids[: batch[0].head] for e in batch) else 0
-    width = min(max(len(e.input_ids) for e in batch), max_tokens) - head
+    width = min(max(len(e.input_ids) for e in batch), max_tokens) - head  # _fit keeps head + body <= max_tokens
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(batch), width), dtype=torch.long)
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
     for i, e in enumerate(batch):
-        body, mask = e.input_ids[head:max_tokens], e.loss_mask[head:max_tokens]
+        body, mask = _fit(e, head, max_tokens)
         n = len(body)
         ids[i, :n] = torch.tensor(body)
         attn[i, :n] = 1
@@ -230,14 +243,20 @@ def train_sft(policy: LMPolicy, examples: Sequence[SFTExample], cfg: SFTConfig, 
     start = time.monotonic()
     tokens = 0
     step = 0
+    skipped = 0
     loss_value = float("nan")
     bar = tqdm(total=cfg.steps, desc="sft", disable=not progress, unit="step")
     batches = _batches(examples, cfg, rng)
     try:
         while step < total and time.monotonic() < deadline:
             batch = _collate(next(batches), pad_id, cfg.max_tokens, shared_head=cfg.shared_head)
+            if not (batch["labels"] != -100).any():
+                skipped += 1  # nothing to learn in this batch (every target was cut)
+                continue
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
                 loss = actor_token_loss(model, batch)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"SFT loss became {loss.item()} at step {step + 1}; lower --lr or check the data")
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -262,7 +281,7 @@ def train_sft(policy: LMPolicy, examples: Sequence[SFTExample], cfg: SFTConfig, 
     policy.model.eval()
     policy.engine.model = policy.model
     policy.engine.clear()  # caches were computed with the old weights
-    summary = {"bf16": use_bf16, "steps": step, "tokens": tokens, "seconds": round(time.monotonic() - start, 1), "final_loss": loss_value, "examples": len(examples)}
+    summary = {"bf16": use_bf16, "skipped_batches": skipped, "steps": step, "tokens": tokens, "seconds": round(time.monotonic() - start, 1), "final_loss": loss_value, "examples": len(examples)}
     if out:
         policy.save(out)
         (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))

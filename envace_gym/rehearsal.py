@@ -25,7 +25,7 @@ from .backends import make_backend
 from .backends.base import ToolResult, state_digest, validate_call
 from .calls import ErrorCode, ToolCall
 from .tasks import Task
-from .tools import ToolSpec
+from .tools import ToolSpec, compact_signature
 
 __all__ = [
     "ImagineRequest",
@@ -94,7 +94,8 @@ def build_simulator_prompt(
     history = list(messages[:last]) + list(messages[last + 1 :])  # later items: this step's earlier results
     examples = _examples(task, call.name, max_examples) if grounding == "reference" else []
     parts = [
-        "## Candidate tools\n" + "\n".join(json.dumps(s.to_openai()["function"], ensure_ascii=False) for s in specs),
+        # Candidate tools as one signature line each; the current tool's full schema comes below.
+        "## Candidate tools\n" + "\n".join(compact_signature(s.to_openai()) for s in specs),
         "## Examples of real calls and results\n"
         + ("\n".join(json.dumps(e, ensure_ascii=False) for e in examples) if examples else "<unavailable>"),
         "## Conversation so far\n" + _transcript(history),

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import jsonschema
 from jsonschema import Draft202012Validator
 
-__all__ = ["ToolSpec", "SchemaError", "schema_from_annotation", "bfcl_to_json_schema"]
+__all__ = ["ToolSpec", "SchemaError", "schema_from_annotation", "bfcl_to_json_schema", "compact_signature"]
 
 
 class SchemaError(ValueError):
@@ -303,3 +303,30 @@ def bfcl_to_json_schema(schema: Any) -> dict[str, Any]:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+# ---------------------------------------------------------------------- compact rendering for prompts
+def _type_label(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return "|".join(json.dumps(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return "|".join(_type_label(s) for s in schema["anyOf"])
+    kind = schema.get("type", "any")
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"list[{_type_label(schema['items'])}]"
+    return "|".join(kind) if isinstance(kind, list) else str(kind)
+
+
+def compact_signature(tool: dict[str, Any]) -> str:
+    """``- name(arg: type, opt?: type = default): description``: a tool in a tenth of its JSON tokens."""
+    fn = tool.get("function", tool)
+    params = fn.get("parameters", {})
+    required = set(params.get("required", []))
+    args = []
+    for name, schema in params.get("properties", {}).items():
+        label = f"{name}{'' if name in required else '?'}: {_type_label(schema)}"
+        if "default" in schema:
+            label += f" = {json.dumps(schema['default'])}"
+        args.append(label)
+    desc = fn.get("description", "")
+    return f"- {fn['name']}({', '.join(args)})" + (f": {desc}" if desc else "")

@@ -97,3 +97,16 @@ def test_env_role_examples_target_the_real_result():
     ref = suite.get(first.task_id).reference_calls[0]
     assert target == f"<execution_result>\n{json.dumps(ref.result, ensure_ascii=False)}\n</execution_result><|im_end|>"
     assert first.loss_mask[-1] == 1 and sum(first.loss_mask) < len(first.loss_mask)
+
+
+def test_long_env_role_examples_keep_their_target():
+    from envace_gym.agents.sft import SFTExample
+
+    long = SFTExample("t", list(range(10, 2010)), [0] * 1990 + [1] * 10, head=5, keep_end=True)
+    actor = SFTExample("t", list(range(10, 2010)), [1] * 2000, head=5)
+    for shared in (False, True):
+        batch = _collate([long], 0, 256, shared_head=shared)
+        assert int((batch["labels"] != -100).sum()) == 10 and batch["input_ids"].shape[1] <= 256
+        assert batch["input_ids"][0, -1].item() == 2009  # the end (the target) survived
+    batch = _collate([actor], 0, 256)
+    assert batch["input_ids"][0, 0].item() == 10 and batch["input_ids"].shape[1] == 256  # the start survived
