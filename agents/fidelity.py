@@ -87,16 +87,20 @@ class FidelityStats:
         }
 
 
-def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed: int = 0, progress: bool = True) -> dict[str, Any]:
-    """Compare each imaginer's results with the real ones on ``episodes`` oracle episodes with tool calls."""
+def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed: int = 0, progress: bool = True,
+                    grounding: str = "reference") -> dict[str, Any]:
+    """Compare each imaginer's results with the real ones on ``episodes`` oracle episodes with tool calls.
+
+    ``grounding="none"`` withholds the reference examples from the simulator prompt (a harder test: with
+    reference grounding the real result of a reference call is among the examples)."""
     pool = [t for t in env_factory().unwrapped.pool if t.reference_calls]
     random.Random(seed).shuffle(pool)
     tasks = pool[:episodes]
-    report: dict[str, Any] = {"episodes": len(tasks), "backends": {}}
+    report: dict[str, Any] = {"episodes": len(tasks), "grounding": grounding, "backends": {}}
     for name, imaginer in imaginers.items():
         stats = FidelityStats()
         probe = _Probe(imaginer)
-        env = SelfRehearsalEnv(env_factory(), probe, on_invalid="error_observation")
+        env = SelfRehearsalEnv(env_factory(), probe, grounding=grounding, on_invalid="error_observation")
         oracle = OraclePolicy(env.unwrapped.suite)
         for task in tqdm(tasks, desc=f"fidelity {name}", disable=not progress, unit="ep"):
             probe.answers = []

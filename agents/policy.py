@@ -136,8 +136,9 @@ class LMPolicy:
         return self.imagine_batch([request], sampling)[0]
 
     def imagine_batch(self, requests: Sequence[ImagineRequest], sampling: SamplingConfig | None = None) -> list[Generation]:
-        prompts = [self.prompt_ids(r.messages) for r in requests]
-        return self.generate_ids(prompts, keys=[r.key for r in requests], sampling=sampling)
+        encoded = [self.encode_prompt(r.messages) for r in requests]
+        return self.generate_ids([e[0] for e in encoded], keys=[r.key for r in requests], sampling=sampling,
+                                 prefix_lens=[e[1] for e in encoded])
 
     def generate_ids(
         self,

@@ -178,7 +178,8 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     imaginers = {"self": policy}
     if args.simulator:
         imaginers["simulator"] = _load_lm(args.simulator, args)
-    report = fidelity_report(lambda: _make_env(args), imaginers, args.episodes, seed=args.seed, progress=not args.no_progress)
+    report = fidelity_report(lambda: _make_env(args), imaginers, args.episodes, seed=args.seed,
+                             progress=not args.no_progress, grounding=args.grounding)
     report.update({"policy": args.policy, "simulator": args.simulator or None, "split": args.split})
     out = Path(args.out or f"runs/fidelity-{time.strftime('%Y%m%d-%H%M%S')}")
     save_report(report, out)
@@ -278,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_fid.add_argument("--policy", default="default", help="the model whose env role is measured (backend self)")
     p_fid.add_argument("--simulator", default="", help="also measure a separate simulator model (backend simulator)")
     p_fid.add_argument("--episodes", type=int, default=20)
+    p_fid.add_argument("--grounding", default="reference", choices=["reference", "none"],
+                       help="few-shot examples from the reference trajectory in the simulator prompt, or none")
     p_fid.add_argument("--seed", type=int, default=0)
     p_fid.add_argument("--max-turns", type=int, default=0)
     p_fid.add_argument("--out", default=None, help="folder for fidelity.json and fidelity.png")
