@@ -11,7 +11,7 @@ import envace_gym
 from envace_gym.calls import ErrorCode, ToolCall
 from envace_gym.envs.builtin import files
 from envace_gym.envs.builtin.files import FilesToolkit, generate, make_backend
-from envace_gym.rewards import EpisodeRecord, normalize_answer, score_episode
+from envace_gym.rewards import EpisodeRecord, score_episode
 from envace_gym.tasks import Task
 
 from domain_checks import reference_hash, score
@@ -310,20 +310,6 @@ def test_references_are_unique_solutions(train, test_split):
                 assert new not in task.initial_state["files"] and new not in task.initial_state["dirs"]
 
 
-def test_reference_answers_contain_their_required_strings(train, test_split):
-    for task in train + test_split:
-        for turn in task.reference:
-            haystack = f" {normalize_answer(turn.answer)} "
-            for s in turn.answer_contains:
-                assert f" {normalize_answer(s)} " in haystack, (task.id, s, turn.answer)
-
-
-def test_test_phrasings_are_held_out(train, test_split):
-    for kind, templates in files._T.items():
-        assert len(templates["train"]) >= 2 and len(templates["test"]) >= 1, kind
-        assert not set(templates["train"]) & set(templates["test"]), kind
-    train_texts = {u for t in train for u in t.user_turns}
-    assert sum(u in train_texts for t in test_split for u in t.user_turns) == 0
 
 
 def _reference_hash(task):
@@ -334,21 +320,6 @@ def _score(task, calls, answers, final_hash):
     return score(task, calls, answers, final_hash, make_backend)
 
 
-def test_replaying_the_reference_scores_one(train, test_split):
-    for task in train + test_split:
-        calls = [c.call for c in task.reference_calls]
-        assert _score(task, calls, [t.answer for t in task.reference], _reference_hash(task)) == 1.0, task.id
-
-
-def test_refusing_scores_below_one(train, test_split):
-    tasks = train + test_split
-    failing = 0
-    for task in tasks:
-        b = make_backend(timeout=None)
-        b.reset(task)
-        answers = ["I'm sorry, I cannot help with that."] * len(task.user_turns)
-        failing += _score(task, [], answers, b.state_hash()) < 1.0
-    assert failing / len(tasks) >= 0.95
 
 
 def test_wrong_destination_or_missing_lookup_fails(train):

@@ -1,5 +1,6 @@
 """Properties every builtin domain must have, checked through the real env."""
 
+import importlib
 import json
 
 import gymnasium as gym
@@ -9,7 +10,10 @@ import envace_gym
 from envace_gym.agents.evaluate import evaluate
 from envace_gym.agents.scripted import NoopPolicy, OraclePolicy, RandomPolicy
 from envace_gym.suites import load_suite
+from envace_gym.rewards import normalize_answer
 from envace_gym.tasks import TaskSuite
+
+from domain_checks import reference_hash, score
 
 DOMAINS = envace_gym.BUILTIN_DOMAINS
 
@@ -58,10 +62,36 @@ def test_domain_has_every_task_kind(domain):
 
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_test_split_phrasings_are_held_out(domain):
+    for kind, templates in importlib.import_module(f"envace_gym.envs.builtin.{domain}")._T.items():
+        assert len(templates["train"]) >= 2 and len(templates["test"]) >= 1, kind
+        assert not set(templates["train"]) & set(templates["test"]), kind
     suite = load_suite(f"builtin/{domain}")
     train_texts = {u for t in suite.filter(split="train") for u in t.user_turns}
-    test_texts = [u for t in suite.filter(split="test") for u in t.user_turns]
-    assert sum(u in train_texts for u in test_texts) / len(test_texts) < 0.05
+    assert not [u for t in suite.filter(split="test") for u in t.user_turns if u in train_texts]
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_reference_answers_contain_their_required_strings(domain):
+    for task in load_suite(f"builtin/{domain}"):
+        for turn in task.reference:
+            haystack = f" {normalize_answer(turn.answer)} "
+            for s in turn.answer_contains:
+                assert f" {normalize_answer(s)} " in haystack, (task.id, s, turn.answer)
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_reference_scores_one_and_refusing_does_not(domain):
+    make = importlib.import_module(f"envace_gym.envs.builtin.{domain}").make_backend
+    tasks = list(load_suite(f"builtin/{domain}"))
+    refused = 0
+    for task in tasks:
+        calls = [c.call for c in task.reference_calls]
+        assert score(task, calls, [t.answer for t in task.reference], reference_hash(task, make), make) == 1.0, task.id
+        fresh = make(timeout=None)
+        fresh.reset(task)
+        refusal = ["I'm sorry, I cannot help with that."] * len(task.user_turns)
+        refused += score(task, [], refusal, fresh.state_hash(), make) < 1.0
+    assert refused == len(tasks)
 
 
 @pytest.mark.parametrize("domain", DOMAINS)

@@ -10,7 +10,7 @@ import pytest
 from envace_gym.backends import PythonBackend
 from envace_gym.calls import ErrorCode, ToolCall
 from envace_gym.envs.builtin import travel
-from envace_gym.rewards import EpisodeRecord, normalize_answer, score_episode
+from envace_gym.rewards import EpisodeRecord, score_episode
 from envace_gym.tasks import Task
 
 from domain_checks import reference_hash
@@ -300,43 +300,11 @@ def test_splits_use_disjoint_entities(suites):
         assert not set(pool["train"]) & set(pool["test"])
 
 
-def test_phrasings_are_held_out():
-    for key, templates in travel._T.items():
-        assert len(templates["train"]) >= 2 and len(templates["test"]) >= 1, key
-        assert not set(templates["train"]) & set(templates["test"]), key
-
-
-def test_reference_answers_contain_their_required_strings(suites):
-    for t in all_tasks(suites):
-        if "answer_match" in t.reward:
-            assert any(turn.answer_contains for turn in t.reference), t.id
-        for turn in t.reference:
-            haystack = f" {normalize_answer(turn.answer)} "
-            for s in turn.answer_contains:
-                assert f" {normalize_answer(s)} " in haystack, (t.id, s, turn.answer)
 
 
 def replay(task: Task) -> str:
     return reference_hash(task, travel.make_backend)
 
-
-def test_reference_replay_scores_one_and_null_policy_fails(suites):
-    failures_of_null = 0
-    tasks = all_tasks(suites)
-    for t in tasks:
-        expected = replay(t)
-        record = EpisodeRecord(calls=[c.call for c in t.reference_calls],
-                               turn_answers=[turn.answer for turn in t.reference], final_state_hash=expected)
-        reward, parts = score_episode(t, record, expected_state_hash=lambda h=expected: h)
-        assert reward == 1.0, (t.id, parts)
-
-        fresh = travel.make_backend(timeout=None)
-        fresh.reset(t)
-        null = EpisodeRecord(calls=[], turn_answers=["I'm sorry, I cannot help with that."] * len(t.user_turns),
-                             final_state_hash=fresh.state_hash())
-        null_reward, _ = score_episode(t, null, expected_state_hash=lambda h=expected: h)
-        failures_of_null += null_reward < 1.0
-    assert failures_of_null >= 0.95 * len(tasks)
 
 
 def test_state_changing_tasks_are_graded_on_state(suites):
