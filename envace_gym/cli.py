@@ -62,9 +62,9 @@ IMAGINED_BACKENDS = ("self", "simulator")
 
 def _backend_arg(value: str) -> str:
     kind = value.partition(":")[0]
-    if value in ("real", *IMAGINED_BACKENDS) or (kind in ("replay", "cache") and value.partition(":")[2]):
+    if value in ("real", *IMAGINED_BACKENDS) or (kind in ("replay", "cache", "mcp") and value.partition(":")[2]):
         return value
-    raise argparse.ArgumentTypeError(f"unknown backend {value!r}; use real, self, simulator, replay:PATH or cache:PATH")
+    raise argparse.ArgumentTypeError(f"unknown backend {value!r}; use real, self, simulator, replay:PATH, cache:PATH or mcp:COMMAND")
 
 
 def _make_env(args: argparse.Namespace, imaginer: Any = None) -> gym.Env:
@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument("--split", default="test", help="task split to draw from (default: test)")
     p_eval.add_argument("--policy", default="oracle", help="oracle | random | noop | default | tiny | ckpt:DIR | hf:PATH | gguf:PATH")
     p_eval.add_argument("--backend", default="real", type=_backend_arg,
-                        help="real | self (the LM policy imagines results) | simulator (a separate model does) | replay:PATH | cache:PATH")
+                        help="real | self (the LM policy imagines results) | simulator (a separate model does) | replay:PATH | cache:PATH | mcp:COMMAND")
     p_eval.add_argument("--simulator", default="default", help="the env-role model for --backend simulator")
     p_eval.add_argument("--episodes", type=int, default=0, help="episodes to run (default: every task once)")
     p_eval.add_argument("--seed", type=int, default=0)

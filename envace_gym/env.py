@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 
 from .backends import Backend, ReplayBackend, ToolResult, make_backend
+from .backends.mcp import MCPBackend
 from .calls import CallError, ErrorCode, ParsedAction, ToolCall, parse_calls, tool_calls_to_openai
 from .rewards import EpisodeRecord, reference_state_hash, score_episode
 from .spaces import UnicodeText
@@ -49,7 +50,8 @@ class ToolCallEnv(gym.Env[str, str]):
         tasks: tasks to use instead of ``suite`` (a :class:`TaskSuite` or a list of :class:`Task`).
         backend: ``"real"`` (each task's registered real backend), ``"replay:PATH"`` (results from a
             JSONL cache; a miss is an error), ``"cache:PATH"`` (cache first, then the real backend, whose
-            answers are written back: recording), or a callable ``task -> Backend``.
+            answers are written back: recording), ``"mcp:COMMAND"`` (an MCP server over stdio, started with
+            COMMAND, e.g. ``mcp:python -m envace_gym.envs.builtin.mcp_server``), or a callable ``task -> Backend``.
         max_turns: assistant messages per episode before truncation (a task's own ``max_turns`` wins).
         tool_timeout: seconds one tool call may run before it becomes a ``TOOL_TIMEOUT`` error.
         max_action_chars: longer actions are refused with an error observation (and kept in history).
@@ -77,9 +79,9 @@ class ToolCallEnv(gym.Env[str, str]):
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
-        if isinstance(backend, str) and backend != "real" and backend.partition(":")[0] not in ("replay", "cache"):
+        if isinstance(backend, str) and backend != "real" and backend.partition(":")[0] not in ("replay", "cache", "mcp"):
             raise ValueError(
-                f"unknown backend {backend!r}; use 'real', 'replay:PATH', 'cache:PATH' or a callable task -> Backend "
+                f"unknown backend {backend!r}; use 'real', 'replay:PATH', 'cache:PATH', 'mcp:COMMAND' or a callable task -> Backend "
                 "(imagined results: wrap the env in envace_gym.SelfRehearsalEnv)"
             )
         self.suite = tasks if isinstance(tasks, TaskSuite) else TaskSuite(tasks, "custom") if tasks is not None else load_suite(suite)
@@ -176,6 +178,14 @@ class ToolCallEnv(gym.Env[str, str]):
             return None
         return text
 
+    def close(self) -> None:
+        """Stop what the backends started (MCP server processes)."""
+        for backend in self._backends.values():
+            if hasattr(backend, "close"):
+                backend.close()
+        self._backends.clear()
+        super().close()
+
     # ------------------------------------------------------------------ helpers
     def transcript(self) -> str:
         """The episode so far as readable text."""
@@ -210,15 +220,19 @@ class ToolCallEnv(gym.Env[str, str]):
     def _backend_for(self, task: Task) -> Backend:
         if callable(self.backend_spec):
             return self.backend_spec(task)
+        kind, _, rest = self.backend_spec.partition(":")
+        if kind == "mcp":  # one server for every task: it resets itself to each task's initial state
+            if "mcp" not in self._backends:
+                self._backends["mcp"] = MCPBackend(rest, timeout=self.tool_timeout or 10.0)
+            return self._backends["mcp"]
         if not task.backend:
             raise ValueError(f"task {task.id!r} names no backend; set Task.backend or pass backend=<callable>")
         if task.backend not in self._backends:
             real = make_backend(task.backend, timeout=self.tool_timeout)
-            kind, _, path = self.backend_spec.partition(":")
             if kind == "replay":
-                real = ReplayBackend(path, on_miss="error")
+                real = ReplayBackend(rest, on_miss="error")
             elif kind == "cache":
-                real = ReplayBackend(path, fallback=real, on_miss="fallback", write_back=True)
+                real = ReplayBackend(rest, fallback=real, on_miss="fallback", write_back=True)
             self._backends[task.backend] = real
         return self._backends[task.backend]
 

@@ -1,0 +1,212 @@
+"""``MCPBackend``: tools served by an MCP server over stdio (a subprocess the backend starts and stops).
+
+The MCP client is asynchronous; the backend runs it on an event loop in a background thread and waits
+for each call with a timeout, so the env stays synchronous. A server that dies or hangs mid-episode gives
+an error observation, and the next ``reset`` starts a fresh server.
+
+Servers that offer the ``envace_reset`` / ``envace_state_hash`` control tools (ours do) get per-episode
+resets and ``state_match``; other servers are used as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..calls import CallError, ErrorCode, ToolCall
+from ..tools import ToolSpec
+from .base import ToolResult, state_digest, validate_call
+
+if TYPE_CHECKING:
+    from ..tasks import Task
+
+__all__ = ["MCPBackend", "MCPError"]
+
+RESET_TOOL = "envace_reset"
+STATE_HASH_TOOL = "envace_state_hash"
+_CONTROL = {RESET_TOOL, STATE_HASH_TOOL}
+
+
+class MCPError(RuntimeError):
+    """The MCP server could not be started or reached."""
+
+
+class _Connection:
+    """One server process and its client session, alive on a private event loop thread."""
+
+    def __init__(self, command: Sequence[str], start_timeout: float) -> None:
+        try:
+            from mcp.client.session import ClientSession
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+        except ImportError:
+            raise MCPError("MCPBackend needs the mcp package: .venv/bin/pip install mcp") from None
+        self.loop = asyncio.new_event_loop()
+        self.session: Any = None
+        self._closing: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        params = StdioServerParameters(command=command[0], args=list(command[1:]))
+
+        async def serve() -> None:
+            self._closing = asyncio.Event()
+            try:
+                async with stdio_client(params) as (read, write):
+                    async with ClientSession(read, write) as session:
+                        await session.initialize()
+                        self.session = session
+                        self._ready.set()
+                        await self._closing.wait()
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller
+                self._error = exc
+            finally:
+                self.session = None
+                self._ready.set()
+
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(serve(),), daemon=True, name="envace-mcp")
+        self.thread.start()
+        if not self._ready.wait(start_timeout) or self.session is None:
+            self.close()
+            raise MCPError(f"MCP server {shlex.join(command)!r} did not start: {self._error or 'timed out'}")
+
+    @property
+    def alive(self) -> bool:
+        return self.session is not None and self.thread.is_alive()
+
+    def call(self, coro_factory, timeout: float) -> Any:
+        if not self.alive:
+            raise MCPError("the MCP server is not running")
+        return asyncio.run_coroutine_threadsafe(coro_factory(self.session), self.loop).result(timeout)
+
+    def close(self) -> None:
+        if self._closing is not None and self.loop.is_running():
+            self.loop.call_soon_threadsafe(self._closing.set)
+        self.thread.join(timeout=5)
+
+
+class MCPBackend:
+    """A :class:`~envace_gym.backends.Backend` over an MCP server started with ``command``.
+
+    Args:
+        command: the server command line, e.g. ``[sys.executable, "-m", "envace_gym.envs.builtin.mcp_server", "bank"]``
+            (a string is split like a shell would).
+        timeout: seconds one call may take before it is a ``TOOL_TIMEOUT`` (and the server is restarted).
+        start_timeout: seconds the server may take to start.
+    """
+
+    def __init__(self, command: Sequence[str] | str, timeout: float = 10.0, start_timeout: float = 60.0) -> None:
+        self.command = shlex.split(command) if isinstance(command, str) else list(command)
+        if self.command and self.command[0] in ("python", "python3"):
+            self.command[0] = sys.executable  # the same interpreter (and installed packages) as ours
+        self.timeout = timeout
+        self.start_timeout = start_timeout
+        self._conn: _Connection | None = None
+        self._server_tools: dict[str, ToolSpec] = {}
+        self._specs: dict[str, ToolSpec] = {}
+        self._ok_calls: list[ToolCall] = []
+        self.call_count = 0
+        self.restarts = 0
+        self._broken = False  # the server failed during this episode: its state is gone
+
+    # ------------------------------------------------------------------ lifecycle
+    def _connect(self) -> _Connection:
+        if self._conn is None or not self._conn.alive:
+            if self._conn is not None:
+                self._conn.close()
+                self.restarts += 1
+            self._conn = _Connection(self.command, self.start_timeout)
+            listed = self._conn.call(lambda s: s.list_tools(), self.timeout)
+            self._server_tools = {
+                t.name: ToolSpec(t.name, t.description or "", dict(t.input_schema or {"type": "object"}))
+                for t in listed.tools
+            }
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter shutdown
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def tools(self) -> Sequence[ToolSpec]:
+        return list(self._specs.values())
+
+    def reset(self, task: "Task | None" = None, seed: int | None = None) -> None:
+        conn = self._connect()
+        self.call_count = 0
+        self._ok_calls = []
+        self._broken = False
+        served = {n: s for n, s in self._server_tools.items() if n not in _CONTROL}
+        if task is not None and task.tools:
+            self._specs = {s.name: s for s in task.tool_specs if s.name in served}
+        else:
+            self._specs = served
+        if task is not None and RESET_TOOL in self._server_tools:
+            payload, is_error = self._invoke(conn, RESET_TOOL, {"task_id": task.id})
+            if is_error:
+                raise MCPError(f"the MCP server refused to reset to task {task.id!r}: {payload}")
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        self.call_count += 1
+        error = validate_call(call, self._specs)
+        if error is not None:
+            return ToolResult(call, None, error)
+        if self._broken or self._conn is None:
+            return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, "the MCP server failed earlier in this episode; it restarts at the next reset")
+        try:
+            payload, is_error = self._invoke(self._conn, call.name, call.arguments)
+        except TimeoutError:
+            self._drop()
+            return ToolResult.failure(call, ErrorCode.TOOL_TIMEOUT, f"{call.name}: no answer from the MCP server within {self.timeout:g}s")
+        except Exception as exc:  # the server died or the transport broke: contained
+            self._drop()
+            return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, f"MCP server failed: {type(exc).__name__}: {exc}")
+        if is_error:
+            err = payload.get("error", {}) if isinstance(payload, dict) else {}
+            code = err.get("code")
+            code = ErrorCode(code) if code in ErrorCode.__members__ else ErrorCode.TOOL_EXECUTION_ERROR
+            return ToolResult(call, None, CallError(code, str(err.get("message", payload)), call.name))
+        self._ok_calls.append(call)
+        return ToolResult(call, payload)
+
+    def state(self) -> dict[str, Any]:
+        return {"calls": [c.to_dict() for c in self._ok_calls]}
+
+    def state_hash(self) -> str:
+        if self._conn is not None and self._conn.alive and STATE_HASH_TOOL in self._server_tools:
+            try:
+                payload, is_error = self._invoke(self._conn, STATE_HASH_TOOL, {})
+                if not is_error and isinstance(payload, dict) and "state_hash" in payload:
+                    return str(payload["state_hash"])
+            except Exception:  # noqa: BLE001 - fall back to the call digest
+                pass
+        return state_digest(self.state())
+
+    # ------------------------------------------------------------------ internals
+    def _drop(self) -> None:
+        # A hung or dead server is not reused: the next reset starts a fresh one.
+        conn, self._conn = self._conn, None
+        self._broken = True
+        if conn is not None:
+            threading.Thread(target=conn.close, daemon=True).start()
+            self.restarts += 1
+
+    def _invoke(self, conn: _Connection, name: str, arguments: dict[str, Any]) -> tuple[Any, bool]:
+        result = conn.call(lambda s: s.call_tool(name, arguments), self.timeout)
+        texts = [c.text for c in (result.content or []) if getattr(c, "type", "") == "text"]
+        text = "\n".join(texts)
+        try:
+            payload = json.loads(text) if text else None
+        except ValueError:
+            payload = text  # a plain-text result from a foreign server
+        return payload, bool(result.is_error)
