@@ -138,6 +138,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         task_ids = [pool[order[i % len(order)]].id for i in range(episodes)]
         trajectories = collect(envs, lm, episodes, task_ids=task_ids, seed=args.seed, progress=not args.no_progress, desc=f"eval {args.policy}")
         report = EvalReport([t.to_result() for t in trajectories])
+        for extra in envs[1:]:
+            extra.close()
+    env.close()  # stops what backends started (MCP servers)
     summary = {"env": args.env, "suite": env.unwrapped.suite.name, "split": args.split, "policy": args.policy,
                "backend": args.backend, "seed": args.seed, **report.summary()}
     if args.out:
