@@ -102,15 +102,19 @@ def build_sft_examples(
     pool = pool[:max_examples] if max_examples else pool
     oracle = OraclePolicy(env.unwrapped.suite)
     recorder = _Recorder(env)
+    original_backend = env.unwrapped.backend_spec
     play_env = SelfRehearsalEnv(env, recorder) if "env_role" in roles else env
     examples = []
-    for task in tqdm(pool, desc="sft data", disable=not progress, unit="task"):
-        recorder.pairs = []
-        info = play_episode(play_env, oracle, task.id)
-        if "actor" in roles:
-            stream = encode_conversation(policy.chat, info["messages"], info["tools"])
-            examples.append(SFTExample(task.id, stream.ids, [1 if r == "actor" else 0 for r in stream.roles], stream.head))
-        examples.extend(_env_role_example(policy, task.id, prompt, answer) for prompt, answer in recorder.pairs)
+    try:
+        for task in tqdm(pool, desc="sft data", disable=not progress, unit="task"):
+            recorder.pairs = []
+            info = play_episode(play_env, oracle, task.id)
+            if "actor" in roles:
+                stream = encode_conversation(policy.chat, info["messages"], info["tools"])
+                examples.append(SFTExample(task.id, stream.ids, [1 if r == "actor" else 0 for r in stream.roles], stream.head))
+            examples.extend(_env_role_example(policy, task.id, prompt, answer) for prompt, answer in recorder.pairs)
+    finally:
+        env.unwrapped.backend_spec = original_backend  # the caller's env answers with its own backend again
     return examples
 
 
