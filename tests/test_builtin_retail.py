@@ -8,7 +8,6 @@ import pytest
 
 import envace_gym
 from envace_gym.calls import ErrorCode, ToolCall
-from envace_gym.envs.builtin import retail
 from envace_gym.envs.builtin.retail import RetailToolkit, generate, make_backend
 from envace_gym.tasks import Task
 
@@ -211,14 +210,6 @@ def test_splits_are_disjoint_in_entities(train, test_split):
         assert a[key] and b[key], key
         assert not a[key] & b[key], key
 
-
-def test_every_kind_present_with_roughly_the_guide_weights(train):
-    kinds = Counter(t.metadata["kind"] for t in train)
-    assert set(kinds) == set(retail.KIND_CATEGORY)
-    share = Counter(t.metadata["category"] for t in train)
-    expected = {"single": 0.20, "multi_step": 0.30, "parallel": 0.15, "multi_turn": 0.15, "no_tool": 0.10}
-    for category, target in expected.items():
-        assert abs(share[category] / len(train) - target) < 0.05, (category, share[category])
 
 
 def test_task_shapes_match_their_category(train):

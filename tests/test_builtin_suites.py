@@ -2,6 +2,7 @@
 
 import importlib
 import json
+from collections import Counter
 
 import gymnasium as gym
 import pytest
@@ -58,6 +59,17 @@ def test_domain_has_every_task_kind(domain):
     assert any(len(step) >= 2 for t in train for turn in t.reference for step in turn.steps), "no parallel calls"
     assert any(not t.reference_calls for t in train), "no task that needs no tool"
     assert any(len(t.user_turns) >= 2 for t in train), "no multi-turn follow-up"
+
+
+@pytest.mark.parametrize("domain", ["files", "retail"])  # the domains that tag each task's category
+def test_every_kind_present_with_roughly_the_guide_weights(domain):
+    module = importlib.import_module(f"envace_gym.envs.builtin.{domain}")
+    train = load_suite(f"builtin/{domain}").filter(split="train")
+    assert {t.metadata["kind"] for t in train} == set(module.KIND_CATEGORY)
+    share = Counter(t.metadata["category"] for t in train)
+    expected = {"single": 0.20, "multi_step": 0.30, "parallel": 0.15, "multi_turn": 0.15, "no_tool": 0.10}
+    for category, target in expected.items():
+        assert abs(share[category] / len(train) - target) < 0.05, (category, share[category])
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
