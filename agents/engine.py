@@ -95,9 +95,7 @@ class HFEngine:
         self._prefixes: OrderedDict[tuple[int, ...], _CacheEntry] = OrderedDict()
         self.bf16 = bf16
         self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0, "prefix_tokens": 0}
-        # transformers 5 renamed `past_key_values` to `cache`; accept both generations of models.
-        params = inspect.signature(self.model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = cache_kwarg(self.model)
 
     # ------------------------------------------------------------------ public
     def drop(self, key: str) -> None:
@@ -290,6 +288,11 @@ class _Batch:
             cache = DynamicCache(ddp_cache_data=layers)
         next_positions = torch.tensor([c + len(t) for c, t in zip(cached, new)], dtype=torch.long)
         return cls(input_ids.to(device), mask.to(device), positions.to(device), next_positions.to(device), cache)
+
+
+def cache_kwarg(module: Any) -> str:
+    """The forward() keyword for a KV cache: transformers 5 renamed ``past_key_values`` to ``cache``."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
 def _sample(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:

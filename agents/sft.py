@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from envace_gym.rehearsal import ImagineRequest, RealResultImaginer, SelfRehearsalEnv
 
 from .chat import encode_conversation
+from .engine import cache_kwarg
 from .policy import LMPolicy, bf16_supported
 from .scripted import OraclePolicy, play_episode
 
@@ -188,26 +189,20 @@ def actor_token_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor
         rows, head = batch["input_ids"].shape[0], batch["head_ids"].shape[1]
         with torch.no_grad():
             cache = DynamicCache()
-            decoder(input_ids=batch["head_ids"], use_cache=True, **{_cache_kw(decoder): cache})
+            decoder(input_ids=batch["head_ids"], use_cache=True, **{cache_kwarg(decoder): cache})
         layers = [(l.keys.expand(rows, -1, -1, -1).contiguous(), l.values.expand(rows, -1, -1, -1).contiguous()) for l in cache.layers]
         width = batch["input_ids"].shape[1]
         kwargs = {
             "attention_mask": torch.cat([torch.ones((rows, head), dtype=torch.long), batch["attention_mask"]], dim=1),
             "position_ids": torch.arange(head, head + width).expand(rows, -1),
             "use_cache": True,
-            _cache_kw(decoder): DynamicCache(ddp_cache_data=layers),
+            cache_kwarg(decoder): DynamicCache(ddp_cache_data=layers),
         }
     hidden = decoder(input_ids=batch["input_ids"], **kwargs).last_hidden_state
     labels = batch["labels"][:, 1:]
     keep = labels != -100
     logits = core.get_output_embeddings()(hidden[:, :-1][keep]).float()
     return torch.nn.functional.cross_entropy(logits, labels[keep])
-
-
-def _cache_kw(module: Any) -> str:
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
 def _apply_lora(policy: LMPolicy, cfg: SFTConfig) -> Any:
