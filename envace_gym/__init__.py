@@ -23,6 +23,32 @@ for _domain in BUILTIN_DOMAINS:
 if "EnvACE-ToolCall-v0" not in gym.registry:
     gym.register(id="EnvACE-ToolCall-v0", entry_point="envace_gym.env:ToolCallEnv")
 
+
+def _benchmark_suite(module: str, name: str) -> TaskSuite:
+    import importlib
+
+    return importlib.import_module(module).load_suite(name)
+
+
+def _register_benchmarks() -> None:
+    # Public benchmarks: their upstream packages (bfcl-eval, tau2) are imported only when a suite loads.
+    from functools import partial
+
+    from .envs.bfcl.categories import CATEGORIES
+    from .envs.tau2.domains import DOMAINS
+
+    for category in CATEGORIES:
+        register_suite(f"bfcl/{category}", partial(_benchmark_suite, "envace_gym.envs.bfcl", category))
+    for domain in DOMAINS:
+        register_suite(f"tau2/{domain}", partial(_benchmark_suite, "envace_gym.envs.tau2", domain))
+    if "EnvACE-BFCL-v0" not in gym.registry:
+        gym.register(id="EnvACE-BFCL-v0", entry_point="envace_gym.envs.bfcl:BFCLEnv")
+    if "EnvACE-Tau2-v0" not in gym.registry:
+        gym.register(id="EnvACE-Tau2-v0", entry_point="envace_gym.envs.tau2:Tau2Env")
+
+
+_register_benchmarks()
+
 def __getattr__(name: str):
     # `envace_gym.agents.LMPolicy` works after a plain `import envace_gym`, without the core importing
     # the agents side (torch, transformers) up front.

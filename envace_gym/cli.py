@@ -39,7 +39,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     rows = []
     for name in suite_names():
-        suite = load_suite(name)
+        try:
+            suite = load_suite(name)
+        except Exception as exc:  # a benchmark whose upstream package is missing must not hide the others
+            rows.append({"suite": name, "domains": [], "tasks": 0, "splits": {}, "error": f"{type(exc).__name__}: {exc}"})
+            continue
         sizes = {split: len(suite.filter(split=split)) for split in suite.splits}
         rows.append({"suite": name, "domains": suite.domains, "tasks": len(suite), "splits": sizes})
     if args.json:
@@ -51,13 +55,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     for col in ("suite", "domains", "tasks", "splits"):
         table.add_column(col)
     for r in rows:
-        splits = ", ".join(f"{k}={v}" for k, v in r["splits"].items())
+        splits = ", ".join(f"{k}={v}" for k, v in r["splits"].items()) or f"[red]unavailable: {r.get('error', '')}[/red]"
         table.add_row(r["suite"], ", ".join(r["domains"]), str(r["tasks"]), splits)
     console.print(table)
     return 0
 
 
 IMAGINED_BACKENDS = ("self", "simulator")
+BENCHMARK_KWARGS = ("category", "domain")
 
 
 def _backend_arg(value: str) -> str:
@@ -75,6 +80,9 @@ def _make_env(args: argparse.Namespace, imaginer: Any = None) -> gym.Env:
     kwargs: dict[str, Any] = {"split": args.split, "backend": backend}
     if args.suite:
         kwargs["suite"] = args.suite
+    for name in BENCHMARK_KWARGS:  # EnvACE-BFCL-v0 category=..., EnvACE-Tau2-v0 domain=...
+        if getattr(args, name, None):
+            kwargs[name] = getattr(args, name)
     if args.max_turns:
         kwargs["max_turns"] = args.max_turns
     env = gym.make(args.env, **kwargs)
@@ -223,6 +231,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
         Console().print(f"episodes written to {summary['out']}/episodes.jsonl")
 
 
+def _add_benchmark_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--category", default=None, help="BFCL category for --env EnvACE-BFCL-v0 (e.g. multi_turn_base)")
+    p.add_argument("--domain", default=None, help="tau2 domain for --env EnvACE-Tau2-v0 (airline, retail, telecom, mock)")
+
+
 def _add_lm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="LM sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -240,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval = sub.add_parser("eval", help="evaluate a policy on an env")
     p_eval.add_argument("--env", default="EnvACE-ToolCall-v0", help="a registered env id")
     p_eval.add_argument("--suite", default=None, help="suite name (see `envace list`) or a .jsonl task file")
+    _add_benchmark_args(p_eval)
     p_eval.add_argument("--split", default="test", help="task split to draw from (default: test)")
     p_eval.add_argument("--policy", default="oracle", help="oracle | random | noop | default | tiny | ckpt:DIR | hf:PATH | gguf:PATH")
     p_eval.add_argument("--backend", default="real", type=_backend_arg,
@@ -258,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_sft = sub.add_parser("sft", help="supervised warm start on the train split's reference trajectories")
     p_sft.add_argument("--env", default="EnvACE-ToolCall-v0")
     p_sft.add_argument("--suite", default=None)
+    _add_benchmark_args(p_sft)
     p_sft.add_argument("--policy", default="default", help="default | tiny | ckpt:DIR | hf:PATH | gguf:PATH")
     p_sft.add_argument("--steps", type=int, default=0)
     p_sft.add_argument("--minutes", type=float, default=0.0)
@@ -278,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_fid = sub.add_parser("fidelity", help="how close imagined tool results are to the real ones")
     p_fid.add_argument("--env", default="EnvACE-ToolCall-v0")
     p_fid.add_argument("--suite", default=None)
+    _add_benchmark_args(p_fid)
     p_fid.add_argument("--split", default="test")
     p_fid.add_argument("--policy", default="default", help="the model whose env role is measured (backend self)")
     p_fid.add_argument("--simulator", default="", help="also measure a separate simulator model (backend simulator)")

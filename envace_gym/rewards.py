@@ -187,6 +187,8 @@ def score_episode(
             components[basis] = state_match(record.final_state_hash, expected_state_hash())
         elif basis == "answer_match":
             components[basis] = answer_match(record.turn_answers, task)
+        else:
+            raise ValueError(f"task {task.id!r}: reward basis {basis!r} is scored by its benchmark's env, not by score_episode")
     reward = 1.0
     for value in components.values():
         reward *= value

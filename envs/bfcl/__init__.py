@@ -1,0 +1,1 @@
+"""BFCL v4 inside EnvACE (being built)."""

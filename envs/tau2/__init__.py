@@ -1,0 +1,1 @@
+"""tau2-bench inside EnvACE (being built)."""
