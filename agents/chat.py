@@ -81,6 +81,19 @@ class ChatFormat:
                 msgs.insert(0, {"role": "system", "content": block})
         return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
 
+    def tool_turn(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], name: str = "") -> tuple[str, str]:
+        """The conversation rendered up to where a new ``tool`` message's content starts, and the template
+        text that closes that content before the end-of-turn token (empty for ChatML): what an inline env
+        role continues, and what to strip from its answer."""
+        sentinel = "\u2063ENVACE_TOOL_CONTENT\u2063"
+        full = self.render([*messages, {"role": "tool", "name": name, "content": sentinel}], tools, add_generation_prompt=False)
+        at = full.rfind(sentinel)
+        if at < 0:
+            raise TemplateError("the chat template does not show tool message contents")
+        closing = full[at + len(sentinel):]
+        eot = self.tokenizer.eos_token or ""
+        return full[:at], closing.split(eot)[0] if eot and eot in closing else ""
+
     @staticmethod
     def _plain(message: dict[str, Any]) -> dict[str, Any]:
         # Assistant messages keep their raw text (which already holds the <tool_call> blocks), so the parsed
@@ -124,11 +137,14 @@ class TokenStream:
             self.extend(fmt.encode(suffix), role, suffix)
 
 
-def encode_conversation(fmt: ChatFormat, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> TokenStream:
+def encode_conversation(fmt: ChatFormat, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (),
+                        tool_results_role: str = "external") -> TokenStream:
     """A finished conversation as a role-tagged stream: what SFT trains on (loss on ``actor`` tokens).
 
     Each assistant message is tagged ``actor`` up to and including its end-of-turn token; template text
-    after that (newlines, the next header) and tool results are ``external``, user turns ``user``.
+    after that (newlines, the next header) is ``external``, user turns ``user``. Tool results are
+    ``external``, or with ``tool_results_role="env_role"`` their content and end-of-turn token are tagged
+    ``env_role``: the inline env role's targets, laid out as an inline rollout lays them out.
     """
     first_assistant = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
     stream = TokenStream()
@@ -149,6 +165,11 @@ def encode_conversation(fmt: ChatFormat, messages: Sequence[dict[str, Any]], too
             actor_text = added[: cut + len(eot)] if cut >= 0 else added
             stream.extend(fmt.encode(actor_text), "actor", actor_text)
             continue
+        if role == "tool" and tool_results_role != "external":
+            header, closing = fmt.tool_turn(messages[:i], tools, messages[i].get("name", ""))
+            stream.append_render(fmt, header, "external")
+            target = (messages[i].get("content") or "") + closing + eot
+            stream.extend(fmt.encode(target), tool_results_role, target)
         nxt = messages[i + 1]["role"] if i + 1 < len(messages) else None
         rendered = fmt.render(messages[: i + 1], tools, add_generation_prompt=nxt == "assistant")
         stream.append_render(fmt, rendered, "user" if role == "user" else "external")

@@ -50,6 +50,8 @@ class Generation:
     finish_reason: str  # "stop" (an end-of-turn token) or "length"
     prompt_tokens: int = 0  # tokens encoded for this call (after cache reuse)
     prompt_ids: list[int] = field(default_factory=list, repr=False)  # the whole prompt it continued
+    stop_text: str = ""  # the text of the stop token that ended it ("" when cut by length)
+    prompt_text: str = field(default="", repr=False)  # the prompt's text, where the caller rendered one
 
 
 @dataclass
@@ -196,6 +198,7 @@ class HFEngine:
                     finish_reason=reasons[i],
                     prompt_tokens=len(prompts[i]) - (len(reused[i].ids) if reused[i] else 0),
                     prompt_ids=list(prompts[i]),
+                    stop_text=self.tokenizer.decode(gen_ids[i][-1:], skip_special_tokens=False) if reasons[i] == "stop" else "",
                 )
             )
         return results
@@ -353,5 +356,6 @@ class VLLMEngine:  # pragma: no cover - needs a GPU and vllm; never required by 
             lps = [next(iter(d.values())).logprob for d in (c.logprobs or [])]
             stopped = bool(ids) and ids[-1] in self.stop_token_ids
             text_ids = ids[:-1] if stopped else ids
-            results.append(Generation(self.tokenizer.decode(text_ids), ids, lps, "stop" if stopped else "length", len(p)))
+            results.append(Generation(self.tokenizer.decode(text_ids), ids, lps, "stop" if stopped else "length", len(p),
+                                      list(p), self.tokenizer.decode(ids[-1:]) if stopped else ""))
         return results

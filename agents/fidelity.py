@@ -1,10 +1,12 @@
 """Fidelity report: how close imagined tool results are to the real ones.
 
 The oracle's episodes are played with each imagined backend answering its calls (``self``: the policy
-itself, prompted; ``simulator``: a separate frozen model). Every imagined answer is compared with the
-real result the reference trajectory recorded for that call:
+itself, prompted; ``self-inline``: the policy writing the tool message in the actor's conversation;
+``simulator``: a separate frozen model, prompted). Every imagined answer is compared with the real result
+the reference trajectory recorded for that call:
 
-* ``parse_valid_rate``: an ``<execution_result>`` block holding a non-empty JSON object or array;
+* ``parse_valid_rate``: a usable answer (prompted: an ``<execution_result>`` block holding a non-empty JSON
+  object or array; inline: that JSON alone);
 * ``schema_valid_rate``: parse-valid and within the tool's ``returns`` schema;
 * ``exact_match``: equal to the real result (canonical JSON);
 * ``key_f1``: F1 over (path, value) leaves of the two JSON values;
@@ -23,7 +25,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from envace_gym.calls import canonical_json
-from envace_gym.rehearsal import ImagineRequest, SelfRehearsalEnv, parse_execution_result
+from envace_gym.rehearsal import ImagineRequest, SelfRehearsalEnv, parse_execution_result, parse_inline_result
 
 from .scripted import OraclePolicy, play_episode
 
@@ -91,23 +93,27 @@ def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed:
                     grounding: str = "reference") -> dict[str, Any]:
     """Compare each imaginer's results with the real ones on ``episodes`` oracle episodes with tool calls.
 
+    ``imaginers`` maps a backend name to an imaginer (prompted mode) or to ``(imaginer, mode)``.
     ``grounding="none"`` withholds the reference examples from the simulator prompt (a harder test: with
-    reference grounding the real result of a reference call is among the examples)."""
+    reference grounding the real result of a reference call is among the examples; inline mode never
+    shows examples)."""
     pool = [t for t in env_factory().unwrapped.pool if t.reference_calls]
     random.Random(seed).shuffle(pool)
     tasks = pool[:episodes]
     report: dict[str, Any] = {"episodes": len(tasks), "grounding": grounding, "backends": {}}
-    for name, imaginer in imaginers.items():
+    for name, entry in imaginers.items():
+        imaginer, mode = entry if isinstance(entry, tuple) else (entry, "prompted")
+        parse = parse_inline_result if mode == "inline" else parse_execution_result
         stats = FidelityStats()
         probe = _Probe(imaginer)
-        env = SelfRehearsalEnv(env_factory(), probe, grounding=grounding, on_invalid="error_observation")
+        env = SelfRehearsalEnv(env_factory(), probe, mode=mode, grounding=grounding, on_invalid="error_observation")
         oracle = OraclePolicy(env.unwrapped.suite)
         for task in tqdm(tasks, desc=f"fidelity {name}", disable=not progress, unit="ep"):
             probe.answers = []
             info = play_episode(env, oracle, task.id)
             specs = {s.name: s for s in task.tool_specs}
             for ref, (tool, text) in zip(task.reference_calls, probe.answers):
-                value, reason = parse_execution_result(text)
+                value, reason = parse(text)
                 stats.calls += 1
                 ok = reason is None
                 stats.parse_valid += ok
@@ -119,6 +125,7 @@ def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed:
             stats.episodes += 1
             stats.success_agree += bool(info.get("success")) is True  # real-backend oracle success is always 1
         summary = stats.summary()
+        summary["mode"] = mode
         summary["key_f1_by_tool"] = {t: sum(v) / len(v) for t, v in sorted(stats.by_tool.items())}
         report["backends"][name] = summary
     return report

@@ -114,12 +114,14 @@ class LMPolicy:
         The head is encoded on its own, so it is a token prefix of every prompt that shares it and the
         engine can encode it once for all of them.
         """
-        full = self.prompt_text(messages, tools)
+        return self._encode_with_head(self.prompt_text(messages, tools), messages, tools)
+
+    def _encode_with_head(self, text: str, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> tuple[list[int], int]:
         head = self.chat.render(messages[:1], tools, add_generation_prompt=False) if messages and messages[0]["role"] == "system" else ""
-        if not head or not full.startswith(head):
-            return self.chat.encode(full), 0
+        if not head or not text.startswith(head):
+            return self.chat.encode(text), 0
         head_ids = self.chat.encode(head)
-        return head_ids + self.chat.encode(full[len(head):]), len(head_ids)
+        return head_ids + self.chat.encode(text[len(head):]), len(head_ids)
 
     # ------------------------------------------------------------------ the two roles
     def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), sampling: SamplingConfig | None = None) -> Generation:
@@ -136,9 +138,24 @@ class LMPolicy:
         return self.imagine_batch([request], sampling)[0]
 
     def imagine_batch(self, requests: Sequence[ImagineRequest], sampling: SamplingConfig | None = None) -> list[Generation]:
-        encoded = [self.encode_prompt(r.messages) for r in requests]
-        return self.generate_ids([e[0] for e in encoded], keys=[r.key for r in requests], sampling=sampling,
+        """Env-role answers: prompted requests from their simulator prompt; inline ones continue the actor's
+        conversation with a tool message (from its exact token context and KV cache when given)."""
+        encoded = [self._inline_prompt(r) if r.mode == "inline" else (*self.encode_prompt(r.messages), "", "") for r in requests]
+        gens = self.generate_ids([e[0] for e in encoded], keys=[r.key for r in requests], sampling=sampling,
                                  prefix_lens=[e[1] for e in encoded])
+        for gen, (_, _, prompt_text, closing) in zip(gens, encoded):
+            gen.prompt_text = prompt_text
+            if closing and gen.text.endswith(closing):  # e.g. "\n</tool_response>" before the end-of-turn token
+                gen.text = gen.text[: -len(closing)]
+        return gens
+
+    def _inline_prompt(self, request: ImagineRequest) -> tuple[list[int], int, str, str]:
+        text, closing = self.chat.tool_turn(request.messages, request.tools, request.tool)
+        ctx_ids, ctx_text = request.context_ids, request.context_text
+        if ctx_ids is not None and ctx_text is not None and text.startswith(ctx_text):
+            # The actor's sampled tokens stay as they are; only the tool-message header is encoded.
+            return list(ctx_ids) + self.chat.encode(text[len(ctx_text):]), 0, text, closing
+        return (*self._encode_with_head(text, request.messages, request.tools), text, closing)
 
     def generate_ids(
         self,

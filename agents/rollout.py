@@ -35,6 +35,7 @@ class EnvRoleSample:
     mode: str = "prompted"
     tool: str = ""
     valid: bool = True
+    error: str | None = None
 
 
 @dataclass
@@ -120,10 +121,35 @@ class _Slot:
     calls_ok: int = 0
     calls_failed: int = 0
     prefix_len: int = 0  # shared system+tools head of the first prompt
+    samples: list[EnvRoleSample] = field(default_factory=list)
+    set_actor_context: Any = None  # SelfRehearsalEnv.set_actor_context somewhere in the wrapper chain
 
     @property
     def key(self) -> str:
         return f"slot{self.index}/ep{self.episode}"
+
+
+def _wrapper_method(env: gym.Env, name: str) -> Any:
+    """``name`` of the first wrapper in ``env``'s chain that defines it (Gymnasium 1.x wrappers do not
+    forward attribute lookups)."""
+    while env is not None:
+        if getattr(type(env), name, None) is not None:
+            return getattr(env, name)
+        env = getattr(env, "env", None)
+    return None
+
+
+def _splice_inline(stream: TokenStream, sample: dict[str, Any]) -> bool:
+    """Append an inline env-role answer to the actor's stream as generated: the tool-message header the
+    policy encoded (``external``), then the sampled result tokens (``env_role``). False (nothing appended)
+    when the sample does not continue the stream; the next render then re-encodes that message."""
+    ids, text = sample.get("prompt_ids", []), sample.get("prompt_text", "")
+    n = len(stream.ids)
+    if not text.startswith(stream.text) or ids[:n] != stream.ids or not sample.get("completion_ids"):
+        return False
+    stream.extend(ids[n:], "external", text[len(stream.text):])
+    stream.extend(sample["completion_ids"], "env_role", sample.get("completion_text", ""), sample.get("logprobs"))
+    return True
 
 
 def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> list[gym.Env]:
@@ -176,6 +202,7 @@ def collect(
         slot.info, slot.tools = info, info["tools"]
         slot.stream = TokenStream()
         slot.calls_ok = slot.calls_failed = 0
+        slot.samples = []
         ids, slot.prefix_len = policy.encode_prompt(info["messages"], slot.tools)
         slot.stream.extend(ids, "prompt", policy.prompt_text(info["messages"], slot.tools))
         return True
@@ -187,10 +214,12 @@ def collect(
             task_id=info["task_id"], domain=info.get("domain", ""), token_ids=s.ids, roles=s.roles, logprobs=s.logprobs,
             reward=float(reward), components=info.get("reward_components", {}), success=bool(info.get("success", False)),
             truncated=truncated, turns=info.get("turn", 0), calls_ok=slot.calls_ok, calls_failed=slot.calls_failed,
-            messages=info["messages"], policy=policy.name,
+            messages=info["messages"], env_role_samples=slot.samples, policy=policy.name,
         )
         bar.update(1)
 
+    for slot in slots:
+        slot.set_actor_context = _wrapper_method(slot.env, "set_actor_context")
     active = [s for s in slots if start(s)]
     while active:
         # Episodes that would overflow the model's context end here, truncated, with reward 0.
@@ -207,9 +236,17 @@ def collect(
         )
         still = []
         for slot, gen in zip(active, gens):
-            stop_text = policy.tokenizer.decode(gen.token_ids[-1:]) if gen.finish_reason == "stop" else ""
-            slot.stream.extend(gen.token_ids, "actor", gen.text + stop_text, gen.logprobs)
+            slot.stream.extend(gen.token_ids, "actor", gen.text + gen.stop_text, gen.logprobs)
+            if slot.set_actor_context is not None:  # an inline env role continues this exact context
+                slot.set_actor_context(slot.stream.ids, slot.stream.text, slot.key)
             _, reward, terminated, truncated, info = slot.env.step(gen.text)
+            spliced = True
+            for sample in info.get("rehearsal", []):
+                slot.samples.append(EnvRoleSample(
+                    sample["prompt_ids"], sample["completion_ids"], sample["logprobs"], sample["mode"],
+                    sample["tool"], sample["valid"], sample.get("error")))
+                if sample["mode"] == "inline" and sample["valid"] and spliced:
+                    spliced = _splice_inline(slot.stream, sample)
             ok, bad = count_calls(info)
             slot.calls_ok += ok
             slot.calls_failed += bad

@@ -93,7 +93,8 @@ def build_sft_examples(
 
     ``actor``: each whole episode, loss on the assistant's tokens. ``env_role``: for every call, the
     prompted-mode simulator prompt at that point of the episode, with the real result (in
-    ``<execution_result>`` form) as the target.
+    ``<execution_result>`` form) as the target; and the inline form: in the episode's conversation, the
+    tool messages' contents are targets too.
     """
     unknown = set(roles) - set(ROLES)
     if unknown or not roles:
@@ -110,9 +111,13 @@ def build_sft_examples(
         for task in tqdm(pool, desc="sft data", disable=not progress, unit="task"):
             recorder.pairs = []
             info = play_episode(play_env, oracle, task.id)
-            if "actor" in roles:
-                stream = encode_conversation(policy.chat, info["messages"], info["tools"])
-                examples.append(SFTExample(task.id, stream.ids, [1 if r == "actor" else 0 for r in stream.roles], stream.head))
+            # One conversation example carries the actor's targets and, for the env role, the tool results in
+            # inline form (the tool message inside the actor's context).
+            inline = "env_role" in roles
+            stream = encode_conversation(policy.chat, info["messages"], info["tools"], "env_role" if inline else "external")
+            labelled = set(roles)
+            if any(r in labelled for r in stream.roles):
+                examples.append(SFTExample(task.id, stream.ids, [1 if r in labelled else 0 for r in stream.roles], stream.head))
             examples.extend(_env_role_example(policy, task.id, prompt, answer) for prompt, answer in recorder.pairs)
     finally:
         env.unwrapped.backend_spec = original_backend  # the caller's env answers with its own backend again

@@ -61,7 +61,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-IMAGINED_BACKENDS = ("self", "simulator")
+IMAGINED_BACKENDS = ("self", "self-inline", "simulator")
 BENCHMARK_KWARGS = ("category", "domain")
 
 
@@ -69,7 +69,7 @@ def _backend_arg(value: str) -> str:
     kind = value.partition(":")[0]
     if value in ("real", *IMAGINED_BACKENDS) or (kind in ("replay", "cache", "mcp") and value.partition(":")[2]):
         return value
-    raise argparse.ArgumentTypeError(f"unknown backend {value!r}; use real, self, simulator, replay:PATH, cache:PATH or mcp:COMMAND")
+    raise argparse.ArgumentTypeError(f"unknown backend {value!r}; use real, self, self-inline, simulator, replay:PATH, cache:PATH or mcp:COMMAND")
 
 
 def _make_env(args: argparse.Namespace, imaginer: Any = None) -> gym.Env:
@@ -89,15 +89,15 @@ def _make_env(args: argparse.Namespace, imaginer: Any = None) -> gym.Env:
     if args.backend in IMAGINED_BACKENDS:
         from .rehearsal import SelfRehearsalEnv
 
-        env = SelfRehearsalEnv(env, imaginer)
+        env = SelfRehearsalEnv(env, imaginer, mode="inline" if args.backend == "self-inline" else "prompted")
     return env
 
 
 def _imaginer(args: argparse.Namespace, actor: Any) -> Any:
     """Who imagines tool results: the actor itself (``self``) or a separate frozen model (``simulator``)."""
-    if args.backend == "self":
+    if args.backend in ("self", "self-inline"):
         if actor is None:
-            raise UserError("--backend self needs an LM policy (it imagines its own tool results); "
+            raise UserError(f"--backend {args.backend} needs an LM policy (it imagines its own tool results); "
                             "for a scripted actor use --backend simulator --simulator SPEC")
         return actor
     if args.backend == "simulator":
@@ -185,10 +185,19 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     from envace_gym.agents.fidelity import fidelity_report, fidelity_table, save_report
 
     args.backend = "real"
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = set(backends) - set(IMAGINED_BACKENDS)
+    if unknown or not backends:
+        raise UserError(f"--backends takes a comma-separated list of {', '.join(IMAGINED_BACKENDS)}; got {args.backends!r}")
+    if args.simulator and "simulator" not in backends:
+        backends.append("simulator")
     policy = _load_lm(args.policy, args)
-    imaginers = {"self": policy}
-    if args.simulator:
-        imaginers["simulator"] = _load_lm(args.simulator, args)
+    imaginers: dict[str, Any] = {}
+    for name in backends:
+        if name == "simulator":
+            imaginers[name] = _load_lm(args.simulator or "default", args)
+        else:
+            imaginers[name] = (policy, "inline" if name == "self-inline" else "prompted")
     report = fidelity_report(lambda: _make_env(args), imaginers, args.episodes, seed=args.seed,
                              progress=not args.no_progress, grounding=args.grounding)
     report.update({"policy": args.policy, "simulator": args.simulator or None, "split": args.split})
@@ -257,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument("--split", default="test", help="task split to draw from (default: test)")
     p_eval.add_argument("--policy", default="oracle", help="oracle | random | noop | default | tiny | ckpt:DIR | hf:PATH | gguf:PATH")
     p_eval.add_argument("--backend", default="real", type=_backend_arg,
-                        help="real | self (the LM policy imagines results) | simulator (a separate model does) | replay:PATH | cache:PATH | mcp:COMMAND")
+                        help="real | self (the LM policy imagines results from a simulator prompt) | self-inline (it writes them "
+                             "inside its own context) | simulator (a separate model does) | replay:PATH | cache:PATH | mcp:COMMAND")
     p_eval.add_argument("--simulator", default="default", help="the env-role model for --backend simulator")
     p_eval.add_argument("--episodes", type=int, default=0, help="episodes to run (default: every task once)")
     p_eval.add_argument("--seed", type=int, default=0)
@@ -296,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_benchmark_args(p_fid)
     p_fid.add_argument("--split", default="test")
     p_fid.add_argument("--policy", default="default", help="the model whose env role is measured (backend self)")
-    p_fid.add_argument("--simulator", default="", help="also measure a separate simulator model (backend simulator)")
+    p_fid.add_argument("--backends", default="self,self-inline",
+                       help="imagined backends to measure: self (prompted), self-inline, simulator (comma-separated)")
+    p_fid.add_argument("--simulator", default="", help="the separate simulator model (adds backend simulator)")
     p_fid.add_argument("--episodes", type=int, default=20)
     p_fid.add_argument("--grounding", default="reference", choices=["reference", "none"],
                        help="few-shot examples from the reference trajectory in the simulator prompt, or none")

@@ -7,6 +7,10 @@ the candidate tool schemas, few-shot (arguments, result) pairs from the task's r
 conversation so far, the actor's raw last message, and the current tool's name, schema and arguments.
 The answer must be ``<execution_result>`` + a non-empty JSON object or array + ``</execution_result>``.
 
+``mode="inline"`` (beyond the paper) instead lets the policy write the ``tool`` message inside the actor's
+own context: the same conversation, continued with a tool-message header, so an engine that keeps the
+actor's KV cache computes only the result's tokens. The answer is the bare JSON the real tool would return.
+
 The wrapper needs only an object with ``imagine(ImagineRequest) -> generation`` (``.text``, and for RL
 ``.token_ids``/``.logprobs``/``.prompt_ids``): the core never imports the agents package.
 """
@@ -28,12 +32,14 @@ from .tasks import Task
 from .tools import ToolSpec, compact_signature
 
 __all__ = [
+    "MODES",
     "ImagineRequest",
     "Imaginer",
     "SelfRehearsalEnv",
     "ImaginedBackend",
     "build_simulator_prompt",
     "parse_execution_result",
+    "parse_inline_result",
     "SIMULATOR_SYSTEM_PROMPT",
     "RealResultImaginer",
     "format_execution_result",
@@ -48,15 +54,29 @@ SIMULATOR_SYSTEM_PROMPT = (
 )
 
 
+MODES = ("prompted", "inline")
+
+
 @dataclass
 class ImagineRequest:
-    """One request to the environment role: its chat prompt and the call it is about."""
+    """One request to the environment role: its chat prompt and the call it is about.
+
+    ``mode="prompted"``: ``messages`` is the simulator prompt (system + user). ``mode="inline"``:
+    ``messages`` is the actor's own conversation up to this call (its assistant message and this step's
+    earlier tool messages included) and ``tools`` the actor's tool schemas; the env role continues it with
+    a ``tool`` message. ``context_ids``/``context_text`` are the actor's exact token context when the rollout
+    engine knows it (its sampled tokens, which re-tokenising the text need not reproduce), and ``key`` the
+    conversation whose KV cache the engine may reuse.
+    """
 
     messages: list[dict[str, Any]]
     tool: str = ""
     arguments: dict[str, Any] = field(default_factory=dict)
-    key: str | None = None  # a conversation whose KV cache the engine may reuse
+    key: str | None = None
     mode: str = "prompted"
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    context_ids: list[int] | None = None
+    context_text: str | None = None
 
 
 class Imaginer(Protocol):
@@ -132,6 +152,31 @@ def parse_execution_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str
     return value, None
 
 
+def parse_inline_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str | None]:
+    """An inline answer is the tool message itself: a non-empty JSON object or array, nothing else.
+    ``(value, None)`` when valid, else ``(None, reason)``. Never raises; bounded work."""
+    if not isinstance(text, str) or not text.strip():
+        return None, "empty simulator answer"
+    if len(text) > max_chars:
+        return None, f"imagined result is {len(text)} characters; the limit is {max_chars}"
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return None, f"imagined result is not JSON: {str(exc)[:100]}"
+    if not isinstance(value, (dict, list)) or value == {}:
+        return None, "imagined result must be a non-empty JSON object or an array"
+    return value, None
+
+
+@dataclass
+class ActorContext:
+    """What the actor's context holds right now: its token ids, their text, and its engine cache key."""
+
+    ids: list[int]
+    text: str
+    key: str | None = None
+
+
 class ImaginedBackend:
     """A :class:`~envace_gym.backends.Backend` whose results come from an :class:`Imaginer`.
 
@@ -146,11 +191,15 @@ class ImaginedBackend:
         grounding: str = "reference",
         max_result_chars: int = 16_384,
         real_backend: Callable[[Task], Any] | None = None,
+        mode: str = "prompted",
     ) -> None:
         self.imaginer = imaginer
         self.messages = messages
         self.grounding = grounding
         self.max_result_chars = max_result_chars
+        self.mode = mode
+        self.context: ActorContext | None = None  # inline mode: the actor's exact context, when known
+        self.end_on_failure = False  # set by SelfRehearsalEnv(on_invalid="end")
         self.real_backend = real_backend or (lambda task: make_backend(task.backend, timeout=None))
         self.task: Task | None = None
         self.tools: list[ToolSpec] = []
@@ -173,32 +222,58 @@ class ImaginedBackend:
         error = validate_call(call, {s.name: s for s in self.tools})
         if error is not None:
             return ToolResult(call, None, error)
-        prompt = build_simulator_prompt(self.task, call, self.messages(), self.tools, self.grounding)
+        if self.failed and self.end_on_failure:  # the episode ends after this step: imagine nothing more
+            return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, "not run: an earlier imagined result was unusable")
+        request = self._request(call)
         try:
-            gen = self.imaginer.imagine(ImagineRequest(prompt, call.name, call.arguments))
+            gen = self.imaginer.imagine(request)
             text = getattr(gen, "text", gen)
         except Exception as exc:  # an env role that crashes is contained like a crashing tool
             gen, text = None, None
             value, reason = None, f"env role raised {type(exc).__name__}: {exc}"
         else:
-            value, reason = parse_execution_result(text, self.max_result_chars)
+            parse = parse_inline_result if self.mode == "inline" else parse_execution_result
+            value, reason = parse(text, self.max_result_chars)
         spec = next(s for s in self.tools if s.name == call.name)
         if reason is None and spec.validate_result(value):
             reason = "result breaks the tool's returns schema: " + "; ".join(spec.validate_result(value)[:3])
-        self.samples.append({
-            "mode": "prompted",
+        sample = {
+            "mode": self.mode,
             "tool": call.name,
             "valid": reason is None,
             "error": reason,
             "prompt_ids": list(getattr(gen, "prompt_ids", []) or []),
             "completion_ids": list(getattr(gen, "token_ids", []) or []),
             "logprobs": list(getattr(gen, "logprobs", []) or []),
-        })
+        }
+        if self.mode == "inline":
+            # What the rollout engine needs to splice the result's tokens into the actor's stream.
+            sample["prompt_text"] = getattr(gen, "prompt_text", "") or ""
+            sample["completion_text"] = (text or "") + (getattr(gen, "stop_text", "") or "")
+        self.samples.append(sample)
         if reason is not None:
             self.failed = reason
             return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, f"imagined result unusable: {reason}")
         self._ok_calls.append(call)
+        if self.mode == "inline":
+            if sample["prompt_ids"] and sample["prompt_text"]:  # the next call of this step continues from here
+                key = self.context.key if self.context else None
+                self.context = ActorContext(sample["prompt_ids"] + sample["completion_ids"],
+                                            sample["prompt_text"] + sample["completion_text"], key)
+            return ToolResult(call, value, text=text)
         return ToolResult(call, value)
+
+    def _request(self, call: ToolCall) -> ImagineRequest:
+        assert self.task is not None
+        if self.mode == "prompted":
+            prompt = build_simulator_prompt(self.task, call, self.messages(), self.tools, self.grounding)
+            return ImagineRequest(prompt, call.name, call.arguments)
+        ctx = self.context
+        return ImagineRequest(
+            list(self.messages()), call.name, call.arguments, key=ctx.key if ctx else None, mode="inline",
+            tools=list(self.task.tools) or [s.to_openai() for s in self.tools],
+            context_ids=list(ctx.ids) if ctx else None, context_text=ctx.text if ctx else None,
+        )
 
     def state(self) -> dict[str, Any]:
         return {"calls": [c.to_dict() for c in self._ok_calls]}
@@ -232,6 +307,8 @@ class RealResultImaginer:
             self._shadow = base.real_backend_for(base.task)
             self._shadow.reset(base.task, seed=0)
         result = self._shadow.execute(ToolCall(request.tool, request.arguments))
+        if request.mode == "inline":
+            return _Text(result.to_message_content())
         return _Text(format_execution_result(result.payload()))
 
 
@@ -251,8 +328,10 @@ class SelfRehearsalEnv(gym.Wrapper):
     Args:
         env: a ``ToolCallEnv`` (or a wrapper around one).
         policy: anything with ``imagine(ImagineRequest)``, e.g. ``envace_gym.agents.LMPolicy``.
-        mode: ``"prompted"`` (a fresh simulator prompt per call, the paper's setting). ``"inline"`` is not
-            available yet.
+        mode: ``"prompted"`` (a fresh simulator prompt per call, the paper's setting) or ``"inline"`` (the
+            result is written as the tool message in the actor's own context; with the rollout engine,
+            which reports that context through :meth:`set_actor_context`, its KV cache is reused and only
+            the result's tokens are computed). ``grounding`` applies to prompted mode only.
         grounding: ``"reference"`` (few-shot pairs from the task's reference trajectory) or ``"none"``.
         on_invalid: ``"end"`` (an unusable answer ends the episode with reward 0, the paper's rule) or
             ``"error_observation"`` (the agent sees a ``TOOL_EXECUTION_ERROR`` and goes on).
@@ -264,17 +343,30 @@ class SelfRehearsalEnv(gym.Wrapper):
     def __init__(self, env: gym.Env, policy: Imaginer, mode: str = "prompted", grounding: str = "reference",
                  on_invalid: str = "end", max_result_chars: int = 16_384) -> None:
         super().__init__(env)
-        if mode != "prompted":
-            raise ValueError(f"mode {mode!r} is not available yet; use mode='prompted'")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if grounding not in ("reference", "none"):
             raise ValueError(f"grounding must be 'reference' or 'none', got {grounding!r}")
         if on_invalid not in ("end", "error_observation"):
             raise ValueError(f"on_invalid must be 'end' or 'error_observation', got {on_invalid!r}")
         self.policy, self.mode, self.on_invalid = policy, mode, on_invalid
         base = env.unwrapped
-        self.imagined = ImaginedBackend(policy, lambda: base.messages, grounding, max_result_chars,
-                                        real_backend=lambda task: base.real_backend_for(task))
+        # An inline result becomes the message verbatim, so it must fit without the env clipping it.
+        limit = min(max_result_chars, base.max_result_chars) if mode == "inline" else max_result_chars
+        self.imagined = ImaginedBackend(policy, lambda: base.messages, grounding, limit,
+                                        real_backend=lambda task: base.real_backend_for(task), mode=mode)
+        self.imagined.end_on_failure = on_invalid == "end"
         base.backend_spec = lambda task: self.imagined
+
+    def set_actor_context(self, ids: Sequence[int], text: str, key: str | None = None) -> None:
+        """Tell an inline env role what the actor's context holds before the next :meth:`step`: the exact
+        token ids (as sampled), the text they stand for, and the engine cache key of that conversation.
+        The rollout engine calls this; without it the env role re-renders the conversation."""
+        self.imagined.context = ActorContext(list(ids), text, key)
+
+    def reset(self, **kwargs: Any):
+        self.imagined.context = None
+        return self.env.reset(**kwargs)
 
     @property
     def spec(self):  # type: ignore[override]
@@ -285,7 +377,10 @@ class SelfRehearsalEnv(gym.Wrapper):
     def step(self, action: str):
         self.imagined.samples = []
         self.imagined.failed = None
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        finally:
+            self.imagined.context = None  # valid for one step only: the rollout engine sets it anew
         info["rehearsal"] = list(self.imagined.samples)
         if self.imagined.failed and self.on_invalid == "end" and not (terminated or truncated):
             info.update(self.env.unwrapped.abort(f"unusable imagined result: {self.imagined.failed}"))

@@ -41,3 +41,27 @@ def test_user_errors_are_one_line(capsys, tmp_path):
     bad.write_text('{"id": "x", "user_turns": []}\n')
     code, _, err = run(capsys, "eval", "--suite", str(bad))
     assert code == 2 and "bad.jsonl:1: field 'user_turns'" in err and err.count("\n") == 1
+
+
+def test_fidelity_json_fields_on_the_tiny_model(capsys, tmp_path):
+    code, out, _ = run(capsys, "fidelity", "--policy", "tiny", "--suite", "builtin/bank", "--episodes", "2", "--json",
+                       "--no-progress", "--max-new-tokens", "16", "--out", str(tmp_path))
+    report = json.loads(out)
+    assert code == 0 and set(report["backends"]) == {"self", "self-inline"}
+    for name, mode in (("self", "prompted"), ("self-inline", "inline")):
+        b = report["backends"][name]
+        assert b["mode"] == mode and b["calls"] >= 2
+        assert {"parse_valid_rate", "schema_valid_rate", "exact_match", "key_f1", "success_agreement"} <= set(b)
+    assert (tmp_path / "fidelity.json").exists() and (tmp_path / "fidelity.png").exists()
+    code, _, err = run(capsys, "fidelity", "--policy", "tiny", "--backends", "dream")
+    assert code == 2 and "--backends" in err
+
+
+def test_eval_with_imagined_backends_reports_metrics(capsys):
+    for backend in ("self", "self-inline"):
+        code, out, _ = run(capsys, "eval", "--suite", "builtin/bank", "--policy", "tiny", "--backend", backend, "--episodes", "2",
+                           "--max-new-tokens", "8", "--max-turns", "2", "--json", "--no-progress")
+        summary = json.loads(out)
+        assert code == 0 and summary["backend"] == backend and summary["episodes"] == 2 and "valid_call_rate" in summary
+    code, _, err = run(capsys, "eval", "--suite", "builtin/bank", "--policy", "oracle", "--backend", "self-inline")
+    assert code == 2 and "needs an LM policy" in err

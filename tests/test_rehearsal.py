@@ -187,11 +187,26 @@ def test_fidelity_report_fields_and_perfect_simulator():
         def env(self):
             return made[-1].unwrapped
 
-    report = fidelity_report(factory, {"perfect": LateBound(), "tiny": tiny_policy()}, episodes=4, progress=False)
-    good, bad = report["backends"]["perfect"], report["backends"]["tiny"]
-    assert report["episodes"] == 4 and good["calls"] >= 4
-    for key in ("parse_valid_rate", "schema_valid_rate", "exact_match", "key_f1", "success_agreement"):
-        assert good[key] == 1.0, key
-        assert 0.0 <= bad[key] <= 1.0
-    assert bad["parse_valid_rate"] < 1.0
+    tiny = tiny_policy()
+    report = fidelity_report(factory, {"perfect": LateBound(), "perfect-inline": (LateBound(), "inline"), "tiny": tiny,
+                                       "tiny-inline": (tiny, "inline")}, episodes=4, progress=False)
+    assert report["episodes"] == 4
+    for good_name, bad_name in (("perfect", "tiny"), ("perfect-inline", "tiny-inline")):
+        good, bad = report["backends"][good_name], report["backends"][bad_name]
+        assert good["calls"] >= 4 and good["mode"] == bad["mode"]
+        for key in ("parse_valid_rate", "schema_valid_rate", "exact_match", "key_f1", "success_agreement"):
+            assert good[key] == 1.0, (good_name, key)
+            assert 0.0 <= bad[key] <= 1.0
+        assert bad["parse_valid_rate"] < 1.0
+    assert report["backends"]["tiny-inline"]["mode"] == "inline"
     assert leaf_f1({"a": 1, "b": 2}, {"a": 1, "b": 3}) == 0.5 and leaf_f1(None, {"a": 1}) == 0.0
+
+
+def test_after_an_unusable_answer_the_rest_of_the_step_is_not_imagined():
+    role = Scripted("nonsense")
+    env = SelfRehearsalEnv(gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test"), role)
+    env.reset(seed=1)
+    calls = [ToolCall("get_balance", {"account_id": "A-1"}), ToolCall("get_balance", {"account_id": "A-2"})]
+    obs, reward, term, trunc, info = env.step(format_calls(calls))
+    assert term and role.calls == 1 and len(info["rehearsal"]) == 1
+    assert "not run" in info["messages"][-1]["content"]

@@ -18,11 +18,16 @@ __all__ = ["ToolResult", "Backend", "validate_call", "state_digest"]
 
 @dataclass(frozen=True)
 class ToolResult:
-    """The outcome of one call: a JSON ``content`` on success, or a structured ``error``."""
+    """The outcome of one call: a JSON ``content`` on success, or a structured ``error``.
+
+    ``text``, when set, is the message content exactly as produced (an inline imagined result keeps the
+    text the model sampled, so the actor's context holds those very tokens); else ``content`` is serialised.
+    """
 
     call: ToolCall
     content: Any = None
     error: CallError | None = None
+    text: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -35,6 +40,8 @@ class ToolResult:
         return {"error": {"code": self.error.code.value, "message": self.error.message}}
 
     def to_message_content(self) -> str:
+        if self.text is not None and self.error is None:
+            return self.text
         return json.dumps(self.payload(), ensure_ascii=False)
 
     def to_dict(self) -> dict[str, Any]:
