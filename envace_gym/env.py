@@ -51,7 +51,8 @@ class ToolCallEnv(gym.Env[str, str]):
         backend: ``"real"`` (each task's registered real backend), ``"replay:PATH"`` (results from a
             JSONL cache; a miss is an error), ``"cache:PATH"`` (cache first, then the real backend, whose
             answers are written back: recording), ``"mcp:COMMAND"`` (an MCP server over stdio, started with
-            COMMAND, e.g. ``mcp:python -m envace_gym.envs.builtin.mcp_server``), or a callable ``task -> Backend``.
+            COMMAND, e.g. ``mcp:python -m envace_gym.envs.builtin.mcp_server``), ``"mcp:http://127.0.0.1:PORT/mcp"``
+            (a running MCP server over loopback HTTP), or a callable ``task -> Backend``.
         max_turns: assistant messages per episode before truncation (a task's own ``max_turns`` wins).
         tool_timeout: seconds one tool call may run before it becomes a ``TOOL_TIMEOUT`` error.
         max_action_chars: longer actions are refused with an error observation (and kept in history).

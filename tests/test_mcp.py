@@ -64,3 +64,70 @@ def test_missing_server_command_is_one_clear_error():
 
     with pytest.raises(MCPError, match="did not start"):
         MCPBackend(["/nonexistent/server"], start_timeout=10).reset()
+
+
+def _start_http_server(port):
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "envace_gym.envs.builtin.mcp_server", "bank", "--http", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert "http://127.0.0.1:" in proc.stderr.readline()  # printed just before uvicorn binds
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 30
+    while True:  # wait until it accepts connections
+        try:
+            MCPBackend(url, start_timeout=5).reset()
+            return url, proc
+        except Exception:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.3)
+
+
+def test_oracle_over_loopback_http_two_envs_share_the_server_and_a_dead_server_is_contained():
+    from envace_gym.backends.mcp import MCPError
+    from envace_gym.envs.builtin.mcp_server import free_port
+
+    port = free_port()
+    url, proc = _start_http_server(port)
+    envs = [gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", backend=f"mcp:{url}") for _ in range(2)]
+    try:
+        suite = envs[0].unwrapped.suite
+        tasks = [t for t in envs[0].unwrapped.pool if "state_match" in t.reward][:6]
+        # Interleave two episodes step by step: each client session has its own world on the server.
+        for pair in zip(tasks[0::2], tasks[1::2]):
+            policies = [OraclePolicy(suite), OraclePolicy(suite)]
+            obs, infos = map(list, zip(*(env.reset(options={"task_id": t.id}) for env, t in zip(envs, pair))))
+            done = [False, False]
+            while not all(done):
+                for i, env in enumerate(envs):
+                    if not done[i]:
+                        obs[i], _, term, trunc, infos[i] = env.step(policies[i].act(obs[i], infos[i]))
+                        done[i] = term or trunc
+            assert all(info["success"] for info in infos), [info["reward_components"] for info in infos]
+        envs[0].reset(seed=0)
+        proc.kill()
+        proc.wait()
+        _, _, _, _, info = envs[0].step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
+        assert info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR" and "MCP server failed" in info["errors"][0]["message"]
+        with pytest.raises(MCPError, match="did not start"):
+            envs[0].reset(seed=0)
+        url, proc = _start_http_server(port)  # back at the same address: the next episode runs
+        report = evaluate(envs[0], OraclePolicy(suite), 3, progress=False)
+        assert all(r.success for r in report.results)
+    finally:
+        proc.kill()
+        proc.wait()
+        for env in envs:
+            env.close()
+
+
+def test_http_backends_are_loopback_only():
+    from envace_gym.backends.mcp import MCPError
+
+    for url in ("http://10.0.0.5:8765/mcp", "http://example.com/mcp", "ftp://127.0.0.1/mcp"):
+        with pytest.raises(MCPError, match="loopback only"):
+            MCPBackend(url)
+    assert MCPBackend("http://localhost:1/mcp").url == "http://localhost:1/mcp"

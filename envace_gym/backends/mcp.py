@@ -1,8 +1,9 @@
-"""``MCPBackend``: tools served by an MCP server over stdio (a subprocess the backend starts and stops).
+"""``MCPBackend``: tools served by an MCP server, over stdio (a subprocess the backend starts and stops) or
+streamable HTTP on the loopback interface (a server that is already running).
 
 The MCP client is asynchronous; the backend runs it on an event loop in a background thread and waits
 for each call with a timeout, so the env stays synchronous. A server that dies or hangs mid-episode gives
-an error observation, and the next ``reset`` starts a fresh server.
+an error observation, and the next ``reset`` starts a fresh server (stdio) or a fresh session (HTTP).
 
 Servers that offer the ``envace_reset`` / ``envace_state_hash`` control tools (ours do) get per-episode
 resets and ``state_match``; other servers are used as they are.
@@ -11,11 +12,14 @@ resets and ``state_match``; other servers are used as they are.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import re
 import shlex
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, Sequence
+from urllib.parse import urlsplit
 
 from ..calls import CallError, ErrorCode, ToolCall
 from ..tools import ToolSpec
@@ -35,13 +39,28 @@ class MCPError(RuntimeError):
     """The MCP server could not be started or reached."""
 
 
-class _Connection:
-    """One server process and its client session, alive on a private event loop thread."""
+def loopback_url(url: str) -> str:
+    """``url`` if it names an HTTP endpoint on this machine's loopback interface; else a clear error
+    (tool traffic never leaves the machine)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if parts.scheme not in ("http", "https") or not local:
+        raise MCPError(f"MCP over HTTP is loopback only (http://127.0.0.1:PORT/mcp); got {url!r}")
+    return url
 
-    def __init__(self, command: Sequence[str], start_timeout: float) -> None:
+
+class _Connection:
+    """One client session (and, over stdio, its server process), alive on a private event loop thread."""
+
+    def __init__(self, command: Sequence[str], start_timeout: float, url: str | None = None) -> None:
         try:
             from mcp.client.session import ClientSession
             from mcp.client.stdio import StdioServerParameters, stdio_client
+            from mcp.client.streamable_http import streamable_http_client
         except ImportError:
             raise MCPError("MCPBackend needs the mcp package: .venv/bin/pip install mcp") from None
         self.loop = asyncio.new_event_loop()
@@ -49,12 +68,16 @@ class _Connection:
         self._closing: asyncio.Event | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        params = StdioServerParameters(command=command[0], args=list(command[1:]))
+        if url is not None:
+            transport = streamable_http_client(url)
+        else:
+            transport = stdio_client(StdioServerParameters(command=command[0], args=list(command[1:])))
+        what = url or shlex.join(command)
 
         async def serve() -> None:
             self._closing = asyncio.Event()
             try:
-                async with stdio_client(params) as (read, write):
+                async with transport as (read, write):
                     async with ClientSession(read, write) as session:
                         await session.initialize()
                         self.session = session
@@ -70,7 +93,7 @@ class _Connection:
         self.thread.start()
         if not self._ready.wait(start_timeout) or self.session is None:
             self.close()
-            raise MCPError(f"MCP server {shlex.join(command)!r} did not start: {self._error or 'timed out'}")
+            raise MCPError(f"MCP server {what!r} did not start: {self._error or 'timed out'}")
 
     @property
     def alive(self) -> bool:
@@ -88,17 +111,21 @@ class _Connection:
 
 
 class MCPBackend:
-    """A :class:`~envace_gym.backends.Backend` over an MCP server started with ``command``.
+    """A :class:`~envace_gym.backends.Backend` over an MCP server.
 
     Args:
         command: the server command line, e.g. ``[sys.executable, "-m", "envace_gym.envs.builtin.mcp_server", "bank"]``
-            (a string is split like a shell would).
-        timeout: seconds one call may take before it is a ``TOOL_TIMEOUT`` (and the server is restarted).
-        start_timeout: seconds the server may take to start.
+            (a string is split like a shell would), started as a subprocess and spoken to over stdio; or the
+            URL of a running streamable-HTTP server on the loopback interface, e.g.
+            ``"http://127.0.0.1:8765/mcp"`` (``python -m envace_gym.envs.builtin.mcp_server --http``).
+        timeout: seconds one call may take before it is a ``TOOL_TIMEOUT`` (and the connection is dropped).
+        start_timeout: seconds the server may take to start (or to answer the first connection).
     """
 
     def __init__(self, command: Sequence[str] | str, timeout: float = 10.0, start_timeout: float = 60.0) -> None:
-        self.command = shlex.split(command) if isinstance(command, str) else list(command)
+        is_url = isinstance(command, str) and re.match(r"^[a-z][a-z0-9+.-]*://", command.strip()) is not None
+        self.url = loopback_url(command.strip()) if is_url else None
+        self.command = [] if is_url else shlex.split(command) if isinstance(command, str) else list(command)
         if self.command and self.command[0] in ("python", "python3"):
             self.command[0] = sys.executable  # the same interpreter (and installed packages) as ours
         self.timeout = timeout
@@ -117,7 +144,7 @@ class MCPBackend:
             if self._conn is not None:
                 self._conn.close()
                 self.restarts += 1
-            self._conn = _Connection(self.command, self.start_timeout)
+            self._conn = _Connection(self.command, self.start_timeout, self.url)
             listed = self._conn.call(lambda s: s.list_tools(), self.timeout)
             self._server_tools = {
                 t.name: ToolSpec(t.name, t.description or "", dict(t.input_schema or {"type": "object"}))
@@ -142,6 +169,15 @@ class MCPBackend:
         return list(self._specs.values())
 
     def reset(self, task: "Task | None" = None, seed: int | None = None) -> None:
+        try:
+            self._start_episode(task)
+        except MCPError:
+            raise
+        except Exception:  # a stale connection (the server died or restarted): reconnect once
+            self._drop()
+            self._start_episode(task)
+
+    def _start_episode(self, task: "Task | None") -> None:
         conn = self._connect()
         self.call_count = 0
         self._ok_calls = []

@@ -1,17 +1,23 @@
-"""An MCP server (stdio) that serves the builtin domains' tools, so tests and users have a real one.
+"""An MCP server that serves the builtin domains' tools, so tests and users have a real one.
 
-    python -m envace_gym.envs.builtin.mcp_server [bank|files|retail|travel|builtin]
+    python -m envace_gym.envs.builtin.mcp_server [bank|files|retail|travel|builtin]            # stdio
+    python -m envace_gym.envs.builtin.mcp_server [domain] --http [--port 8765]                 # loopback HTTP
 
 Besides the domain tools it offers two control tools that ``MCPBackend`` uses and hides from agents:
 ``envace_reset`` (``{"task_id"}``: fresh state from that task's initial state) and ``envace_state_hash``.
-Results are the same JSON payloads the in-process backend returns (errors keep their codes).
+Results are the same JSON payloads the in-process backend returns (errors keep their codes). Over HTTP
+(streamable HTTP, bound to 127.0.0.1 only) every client session has its own world, so several envs can
+share one server.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import socket
 import sys
-from typing import Any
+from collections import OrderedDict
+from typing import Any, Hashable
 
 import anyio
 
@@ -23,13 +29,32 @@ RESET_TOOL = "envace_reset"
 STATE_HASH_TOOL = "envace_state_hash"
 
 
+class _World:
+    """One client's backends; its current task picks which one answers."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.backends = {name: make_backend(name, timeout=5.0) for name in names}
+        self.current = None
+
+
 class DomainService:
-    """The builtin backends behind the server; the current task picks which one answers."""
+    """The builtin backends behind the server, one world per client session."""
+
+    MAX_SESSIONS = 64  # the least recently used world goes first
 
     def __init__(self, suite_name: str) -> None:
         self.suite = load_suite(suite_name)
-        self.backends = {name: make_backend(name, timeout=5.0) for name in sorted({t.backend for t in self.suite})}
-        self.current = None
+        self._names = sorted({t.backend for t in self.suite})
+        self._worlds: OrderedDict[Hashable, _World] = OrderedDict()
+
+    def _world(self, session: Hashable) -> _World:
+        world = self._worlds.get(session)
+        if world is None:
+            world = self._worlds[session] = _World(self._names)
+            while len(self._worlds) > self.MAX_SESSIONS:
+                self._worlds.popitem(last=False)
+        self._worlds.move_to_end(session)
+        return world
 
     def tools(self) -> list[dict[str, Any]]:
         seen: dict[str, dict[str, Any]] = {}
@@ -38,19 +63,30 @@ class DomainService:
                 seen.setdefault(tool["function"]["name"], tool["function"])
         return list(seen.values())
 
-    def call(self, name: str, arguments: dict[str, Any]) -> tuple[Any, bool]:
-        """(payload, is_error) for one call, control tools included."""
+    def call(self, name: str, arguments: dict[str, Any], session: Hashable = None) -> tuple[Any, bool]:
+        """(payload, is_error) for one call of one client session, control tools included."""
+        world = self._world(session)
         if name == RESET_TOOL:
-            task = self.suite.get(str(arguments.get("task_id")))
-            self.current = self.backends[task.backend]
-            self.current.reset(task, seed=0)
+            try:
+                task = self.suite.get(str(arguments.get("task_id")))
+            except KeyError as exc:
+                return {"error": {"code": "TOOL_EXECUTION_ERROR", "message": str(exc.args[0])}}, True
+            world.current = world.backends[task.backend]
+            world.current.reset(task, seed=0)
             return {"reset": task.id}, False
-        if self.current is None:
+        if world.current is None:
             return {"error": {"code": "TOOL_EXECUTION_ERROR", "message": f"call {RESET_TOOL} first"}}, True
         if name == STATE_HASH_TOOL:
-            return {"state_hash": self.current.state_hash()}, False
-        result = self.current.execute(ToolCall(name, arguments))
+            return {"state_hash": world.current.state_hash()}, False
+        result = world.current.execute(ToolCall(name, arguments))
         return result.payload(), not result.ok
+
+
+def _client_session(ctx: Any) -> str | None:
+    """The client's MCP session id over HTTP (a header on each request); None over stdio, where the
+    process serves one client."""
+    headers = getattr(getattr(ctx, "request", None), "headers", None)
+    return headers.get("mcp-session-id") if headers is not None else None
 
 
 def build_server(suite_name: str):
@@ -69,19 +105,46 @@ def build_server(suite_name: str):
         return types.ListToolsResult(tools=tools + control)
 
     async def call_tool(ctx: Any, params: Any) -> Any:
-        payload, is_error = service.call(params.name, dict(params.arguments or {}))
+        payload, is_error = service.call(params.name, dict(params.arguments or {}), _client_session(ctx))
         return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(payload))], isError=is_error)
 
     return Server(f"envace-{suite_name}", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from mcp.server.stdio import stdio_server
+LOOPBACK = "127.0.0.1"
 
-    args = sys.argv[1:] if argv is None else argv
-    name = args[0] if args else "builtin"
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def serve_http(server: Any, port: int) -> None:
+    """Streamable HTTP on 127.0.0.1 only (never another interface), endpoint ``/mcp``."""
+    import uvicorn
+
+    app = server.streamable_http_app(host=LOOPBACK)
+    print(f"envace MCP server on http://{LOOPBACK}:{port}/mcp", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=LOOPBACK, port=port, log_level="warning")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m envace_gym.envs.builtin.mcp_server",
+                                     description="Serve the builtin domains' tools over MCP (stdio, or HTTP on 127.0.0.1).")
+    parser.add_argument("domain", nargs="?", default="builtin", help="bank, files, retail, travel or builtin (all)")
+    parser.add_argument("--http", action="store_true", help="streamable HTTP on 127.0.0.1 instead of stdio")
+    parser.add_argument("--port", type=int, default=8765, help="HTTP port (0: any free one)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    name = args.domain
     suite_name = name if name == "builtin" or "/" in name else f"builtin/{name}"
     server = build_server(suite_name)
+    if args.http:
+        serve_http(server, args.port or free_port())
+        return
+
+    from mcp.server.stdio import stdio_server
 
     async def run() -> None:
         async with stdio_server() as (read, write):
