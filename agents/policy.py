@@ -56,6 +56,7 @@ class LMPolicy:
         self.name = name
         self.chat = ChatFormat(tokenizer)
         self.engine = engine or HFEngine(model, tokenizer, bf16=bf16_supported() if bf16 == "auto" else bool(bf16))
+        self._env_role_rng: torch.Generator | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -140,9 +141,13 @@ class LMPolicy:
     def imagine_batch(self, requests: Sequence[ImagineRequest], sampling: SamplingConfig | None = None) -> list[Generation]:
         """Env-role answers: prompted requests from their simulator prompt; inline ones continue the actor's
         conversation with a tool message (from its exact token context and KV cache when given)."""
+        sampling = sampling or self.sampling
+        if self._env_role_rng is None and sampling.seed is not None:
+            # One stream for all env-role calls: re-seeding per call would repeat the same draws.
+            self._env_role_rng = torch.Generator().manual_seed(sampling.seed + 1)
         encoded = [self._inline_prompt(r) if r.mode == "inline" else (*self.encode_prompt(r.messages), "", "") for r in requests]
         gens = self.generate_ids([e[0] for e in encoded], keys=[r.key for r in requests], sampling=sampling,
-                                 prefix_lens=[e[1] for e in encoded])
+                                 generator=self._env_role_rng, prefix_lens=[e[1] for e in encoded])
         for gen, (_, _, prompt_text, closing) in zip(gens, encoded):
             gen.prompt_text = prompt_text
             if closing and gen.text.endswith(closing):  # e.g. "\n</tool_response>" before the end-of-turn token

@@ -10,6 +10,7 @@ verl (``response_mask``) and our trainer read the same record.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -17,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import gymnasium as gym
 from tqdm.auto import tqdm
 
+from .batching import BatchingImaginer, step_concurrently
 from .chat import ROLES, TokenStream
 from .engine import SamplingConfig
 from .evaluate import EpisodeResult, count_calls
@@ -122,21 +124,48 @@ class _Slot:
     calls_failed: int = 0
     prefix_len: int = 0  # shared system+tools head of the first prompt
     samples: list[EnvRoleSample] = field(default_factory=list)
-    set_actor_context: Any = None  # SelfRehearsalEnv.set_actor_context somewhere in the wrapper chain
+    rehearsal: Any = None  # the SelfRehearsalEnv in this env's wrapper chain, if any
 
     @property
     def key(self) -> str:
         return f"slot{self.index}/ep{self.episode}"
 
 
-def _wrapper_method(env: gym.Env, name: str) -> Any:
-    """``name`` of the first wrapper in ``env``'s chain that defines it (Gymnasium 1.x wrappers do not
-    forward attribute lookups)."""
+def _rehearsal_wrapper(env: gym.Env) -> Any:
+    """The first wrapper in ``env``'s chain that imagines tool results (it has ``set_actor_context`` and
+    ``imaginer``, as ``SelfRehearsalEnv``); Gymnasium 1.x wrappers do not forward attribute lookups."""
     while env is not None:
-        if getattr(type(env), name, None) is not None:
-            return getattr(env, name)
+        if getattr(type(env), "set_actor_context", None) is not None:
+            return env
         env = getattr(env, "env", None)
     return None
+
+
+def _step_all(slots: Sequence[_Slot], actions: Sequence[str], pool: ThreadPoolExecutor | None) -> list[tuple]:
+    """``env.step`` for every slot. Where two or more envs share an env role that can batch
+    (``imagine_batch``), their steps run in threads so that its requests go out as one batch."""
+    groups: dict[int, list[int]] = {}
+    for i, slot in enumerate(slots):
+        imaginer = slot.rehearsal.imaginer if slot.rehearsal is not None else None
+        if hasattr(imaginer, "imagine_batch"):
+            groups.setdefault(id(imaginer), []).append(i)
+    shared = {i for members in groups.values() if len(members) > 1 for i in members}
+    if pool is None or not shared:
+        return [slot.env.step(a) for slot, a in zip(slots, actions)]
+    batchers: dict[int, BatchingImaginer] = {}
+    for i in shared:
+        original = slots[i].rehearsal.imaginer
+        batchers.setdefault(id(original), BatchingImaginer(original, len(groups[id(original)])))
+    originals = {i: slots[i].rehearsal.imaginer for i in shared}
+    try:
+        for i in shared:
+            slots[i].rehearsal.imaginer = batchers[id(originals[i])]
+        steps = [(lambda slot=slot, a=a: slot.env.step(a), batchers[id(originals[i])] if i in shared else None)
+                 for i, (slot, a) in enumerate(zip(slots, actions))]
+        return step_concurrently(pool, steps)
+    finally:
+        for i, original in originals.items():
+            slots[i].rehearsal.imaginer = original
 
 
 def _splice_inline(stream: TokenStream, sample: dict[str, Any]) -> bool:
@@ -219,7 +248,9 @@ def collect(
         bar.update(1)
 
     for slot in slots:
-        slot.set_actor_context = _wrapper_method(slot.env, "set_actor_context")
+        slot.rehearsal = _rehearsal_wrapper(slot.env)
+    # Threads only to batch the env role across envs (see _step_all); generation stays in one thread.
+    pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="envace-step") if len(slots) > 1 and any(s.rehearsal for s in slots) else None
     active = [s for s in slots if start(s)]
     while active:
         # Episodes that would overflow the model's context end here, truncated, with reward 0.
@@ -234,12 +265,13 @@ def collect(
             [s.stream.ids for s in active], keys=[s.key for s in active], sampling=sampling, generator=generator,
             prefix_lens=[s.prefix_len for s in active],
         )
-        still = []
         for slot, gen in zip(active, gens):
             slot.stream.extend(gen.token_ids, "actor", gen.text + gen.stop_text, gen.logprobs)
-            if slot.set_actor_context is not None:  # an inline env role continues this exact context
-                slot.set_actor_context(slot.stream.ids, slot.stream.text, slot.key)
-            _, reward, terminated, truncated, info = slot.env.step(gen.text)
+            if slot.rehearsal is not None:  # an inline env role continues this exact context
+                slot.rehearsal.set_actor_context(slot.stream.ids, slot.stream.text, slot.key)
+        outcomes = _step_all(active, [g.text for g in gens], pool)
+        still = []
+        for slot, (_, reward, terminated, truncated, info) in zip(active, outcomes):
             spliced = True
             for sample in info.get("rehearsal", []):
                 slot.samples.append(EnvRoleSample(
@@ -261,4 +293,6 @@ def collect(
             still.append(slot)
         active = still
     bar.close()
+    if pool is not None:
+        pool.shutdown()
     return [results[i] for i in sorted(results)]

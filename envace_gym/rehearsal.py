@@ -358,6 +358,15 @@ class SelfRehearsalEnv(gym.Wrapper):
         self.imagined.end_on_failure = on_invalid == "end"
         base.backend_spec = lambda task: self.imagined
 
+    @property
+    def imaginer(self) -> Imaginer:
+        """Who answers tool calls (``policy`` unless replaced, e.g. by the rollout engine's batcher)."""
+        return self.imagined.imaginer
+
+    @imaginer.setter
+    def imaginer(self, value: Imaginer) -> None:
+        self.imagined.imaginer = value
+
     def set_actor_context(self, ids: Sequence[int], text: str, key: str | None = None) -> None:
         """Tell an inline env role what the actor's context holds before the next :meth:`step`: the exact
         token ids (as sampled), the text they stand for, and the engine cache key of that conversation.

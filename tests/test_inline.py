@@ -9,7 +9,6 @@ import json
 
 import gymnasium as gym
 import pytest
-import torch
 
 import envace_gym
 from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
@@ -20,31 +19,7 @@ from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.agents.testing import tiny_policy
 from envace_gym.rehearsal import RealResultImaginer, parse_inline_result
 
-
-class ForcedTokens:
-    """Replaces the engine's sampler: each ``generate`` call emits the next scripted text (then the stop
-    token), with the model's real log-probabilities of those tokens."""
-
-    def __init__(self, policy, texts):
-        self.policy = policy
-        self.queue = [policy.chat.encode(t) for t in texts]
-        self.rows: list[list[int]] = []
-        self.stop = policy.engine.stop_token_ids[0]
-        self.calls: list[dict] = []  # per generate call: prompt tokens encoded (after cache reuse)
-        original = policy.engine._generate
-
-        def generate(prompts, sampling, keys, generator, prefix_lens):
-            self.rows = [self.queue.pop(0) + [self.stop] for _ in prompts]
-            gens = original(prompts, sampling, keys, generator, prefix_lens)
-            self.calls.extend({"prompt_tokens": g.prompt_tokens, "keys": keys} for g in gens)
-            return gens
-
-        policy.engine._generate = generate
-
-    def sample(self, logits, cfg, generator):
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        tokens = torch.tensor([row.pop(0) if row else self.stop for row in self.rows])
-        return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+from forced import ForcedTokens
 
 
 def _single_call_task():
@@ -90,7 +65,7 @@ def test_inline_adds_exactly_the_result_tokens_and_reuses_the_actor_cache(monkey
     # Each env-role call encoded only the tool-message header (and the actor's end-of-turn token, sampled
     # but never fed back): the actor's KV cache was continued.
     header = len(policy.chat.encode("\n<|im_start|>tool\n")) + 1
-    env_calls = [c for c in forced.calls if c["keys"] == [f"slot0/ep0"]][1:]  # the first is the actor's first turn
+    env_calls = [c for c in forced.calls if c["keys"] == ["slot0/ep0"]][1:]  # the first is the actor's first turn
     assert [c["prompt_tokens"] for c in env_calls[: len(results)]] == [header] * len(results)
     # The stream decodes to the conversation the env holds.
     rendered = policy.chat.render(traj.messages, env.unwrapped.task.tools and list(env.unwrapped.task.tools), add_generation_prompt=False)

@@ -1,0 +1,101 @@
+"""Batch the environment role across envs that step at the same time.
+
+A ``SelfRehearsalEnv`` asks its imaginer for one result at a time, from inside ``env.step``. When the
+rollout engine steps several such envs, it runs their steps in threads and gives them a
+:class:`BatchingImaginer`: each request waits until every still-running step is either waiting too or
+done, and then all waiting requests go to the policy in one batched ``imagine_batch`` call. Generation
+itself always runs in one thread at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+from envace_gym.rehearsal import ImagineRequest
+
+__all__ = ["BatchingImaginer", "step_concurrently"]
+
+
+class _Pending:
+    __slots__ = ("request", "result", "error", "done")
+
+    def __init__(self, request: ImagineRequest) -> None:
+        self.request = request
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class BatchingImaginer:
+    """An imaginer shared by concurrently stepping envs; see the module docstring.
+
+    Args:
+        policy: what answers, through ``imagine_batch(requests)``.
+        running: how many steps are in flight (each must end with :meth:`step_done`).
+    """
+
+    def __init__(self, policy: Any, running: int) -> None:
+        self.policy = policy
+        self.running = running
+        self.batches: list[int] = []  # sizes of the batches sent, for reports and tests
+        self._cv = threading.Condition()
+        self._waiting: list[_Pending] = []
+        self._generating = False
+
+    def imagine(self, request: ImagineRequest) -> Any:
+        item = _Pending(request)
+        with self._cv:
+            self._waiting.append(item)
+            self._cv.notify_all()
+            while not item.done:
+                if not self._generating and self._waiting and len(self._waiting) >= self.running:
+                    self._run_batch()
+                else:
+                    self._cv.wait()
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    def step_done(self) -> None:
+        """One step finished: the others no longer wait for it."""
+        with self._cv:
+            self.running -= 1
+            self._cv.notify_all()
+            if not self._generating and self._waiting and len(self._waiting) >= self.running:
+                self._run_batch()
+
+    def _run_batch(self) -> None:
+        # Called with the lock held; generation runs without it so waiting threads are not blocked on it.
+        batch, self._waiting = self._waiting, []
+        self._generating = True
+        self._cv.release()
+        try:
+            gens = self.policy.imagine_batch([p.request for p in batch])
+            for p, g in zip(batch, gens):
+                p.result = g
+        except BaseException as exc:  # every request of the batch sees the failure (contained upstream)
+            for p in batch:
+                p.error = exc
+        finally:
+            self._cv.acquire()
+            self.batches.append(len(batch))
+            for p in batch:
+                p.done = True
+            self._generating = False
+            self._cv.notify_all()
+
+
+def step_concurrently(pool: ThreadPoolExecutor, steps: Sequence[tuple[Callable[[], Any], BatchingImaginer | None]]) -> list[Any]:
+    """Run each ``(step, imaginer)`` (``step`` is one ``env.step``) in ``pool`` and return the results in
+    order; env-role requests made meanwhile are answered in batches by their ``imaginer``."""
+
+    def run(step: Callable[[], Any], imaginer: BatchingImaginer | None) -> Any:
+        try:
+            return step()
+        finally:
+            if imaginer is not None:
+                imaginer.step_done()
+
+    return [f.result() for f in [pool.submit(run, step, im) for step, im in steps]]
