@@ -1,1 +1,35 @@
-"""BFCL v4 inside EnvACE (being built)."""
+"""BFCL v4 (Berkeley Function Calling Leaderboard) inside EnvACE, scored as BFCL's own checker scores it.
+
+Data, stateful API classes and checker functions come from the installed ``bfcl-eval`` package at run time
+(nothing of it is copied here); importing this package does not import ``bfcl_eval``.
+
+* :func:`load_suite` (suites ``bfcl/<category>``): a category's entries as :class:`~envace_gym.tasks.Task`.
+* :class:`BFCLEnv` (``gym.make("EnvACE-BFCL-v0", category=...)``): the env that scores them.
+* Backends ``bfcl/multi_turn`` (:class:`~.backend.BFCLBackend`) and ``bfcl/single_turn``
+  (:class:`~.backend.RecordingBackend`); reward basis ``bfcl``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from envace_gym.backends import register_backend
+from envace_gym.tasks import TaskSuite, register_reward_basis
+
+from .categories import CATEGORIES, REWARD_BASIS, UNSUPPORTED, category_kind, check_category
+from .env import BFCL_SYSTEM_PROMPT, BFCLEnv
+
+__all__ = ["load_suite", "BFCLEnv", "BFCL_SYSTEM_PROMPT", "CATEGORIES", "UNSUPPORTED", "REWARD_BASIS", "category_kind"]
+
+register_reward_basis(REWARD_BASIS)
+register_backend("bfcl/multi_turn", "envace_gym.envs.bfcl.backend:make_multi_turn_backend", overwrite=True)
+register_backend("bfcl/single_turn", "envace_gym.envs.bfcl.backend:make_single_turn_backend", overwrite=True)
+
+
+@lru_cache(maxsize=None)
+def load_suite(category: str) -> TaskSuite:
+    """All tasks of one BFCL category (built once per process); raises ``ValueError`` for an unknown one."""
+    check_category(category)
+    from .convert import build_tasks
+
+    return TaskSuite(build_tasks(category), name=f"bfcl/{category}")

@@ -25,4 +25,29 @@ CATEGORIES = (
 UNSUPPORTED = {
     "web_search": "needs live web search (SerpAPI) over the network",
     "memory": "needs a sentence-embedding model from a hub for its memory backends",
+    "format_sensitivity": "varies BFCL's prompt and output formats, which this env fixes (its own call format)",
 }
+
+#: The reward basis of every BFCL task: scored by BFCL's own checkers (``BFCLEnv._score``).
+REWARD_BASIS = "bfcl"
+
+
+def category_kind(category: str) -> str:
+    """How a category is scored: ``ast``, ``irrelevance``, ``relevance`` or ``multi_turn``."""
+    check_category(category)
+    if category.startswith("multi_turn"):
+        return "multi_turn"
+    if "irrelevance" in category:
+        return "irrelevance"
+    if "relevance" in category:
+        return "relevance"
+    return "ast"
+
+
+def check_category(category: str) -> str:
+    """``category`` if it is served; otherwise a one-line error naming the served ones (or why it is not)."""
+    if category in CATEGORIES:
+        return category
+    if category in UNSUPPORTED:
+        raise ValueError(f"BFCL category {category!r} is not supported here: {UNSUPPORTED[category]}")
+    raise ValueError(f"unknown BFCL category {category!r}; choose from {', '.join(CATEGORIES)}")

@@ -1,0 +1,159 @@
+"""``BFCLEnv`` (registered as ``EnvACE-BFCL-v0``): BFCL v4 categories as tool-calling episodes, scored by
+BFCL's own checkers.
+
+An episode is a BFCL entry: single-turn categories have one user turn (the agent calls, sees an
+acknowledgement, then answers; irrelevance: it answers without calling); multi-turn categories have BFCL's
+turns, with the held-out functions of ``miss_func`` offered only from the turn that adds them. The episode
+is scored when the last turn is answered (see :mod:`.scoring`); ``info["bfcl"]`` then holds the verdict.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Sequence
+
+from envace_gym.backends.base import Backend, ToolResult
+from envace_gym.calls import ErrorCode, ToolCall
+from envace_gym.env import DEFAULT_SYSTEM_PROMPT, ToolCallEnv
+from envace_gym.tasks import Task
+
+from . import upstream
+from .categories import REWARD_BASIS, check_category
+from .scoring import verdict
+
+__all__ = ["BFCLEnv", "BFCL_SYSTEM_PROMPT", "hidden_tools"]
+
+BFCL_SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT + (
+    " If none of the functions fits the request, or the request lacks a parameter a function requires, "
+    "say so in plain text instead of calling a function."
+)
+
+
+def hidden_tools(task: Task, turn: int) -> set[str]:
+    """Tools of ``task`` not offered yet at user turn ``turn`` (miss_func: held out until a later turn)."""
+    holdout = task.metadata.get("holdout") or {}
+    return {name for at, names in holdout.items() if int(at) > turn for name in names}
+
+
+class _TurnGate:
+    """Wraps an episode's backend: tools not offered at the current turn are refused with TOOL_NOT_AVAILABLE."""
+
+    def __init__(self, inner: Backend, hidden: Callable[[], set[str]]) -> None:
+        self.inner = inner
+        self._hidden = hidden
+
+    def __getattr__(self, name: str) -> Any:  # reset, state, state_hash, call_count, copy...
+        if name == "inner":  # not set yet (copying): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @property
+    def tools(self) -> Sequence[Any]:
+        hidden = self._hidden()
+        return [s for s in self.inner.tools if s.name not in hidden]
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        if call.name in self._hidden():
+            self.inner.call_count += 1
+            available = ", ".join(sorted(s.name for s in self.tools)) or "none"
+            return ToolResult.failure(call, ErrorCode.TOOL_NOT_AVAILABLE,
+                                      f"tool {call.name!r} is not available; available: {available}")
+        return self.inner.execute(call)
+
+
+class BFCLEnv(ToolCallEnv):
+    """BFCL v4 inside EnvACE.
+
+    Args:
+        category: a BFCL category (``simple_python``, ``multi_turn_base``, ...; see ``CATEGORIES``); its
+            tasks are the suite ``bfcl/<category>``.
+        split: BFCL tasks all have split ``"test"``.
+        max_steps_per_turn: messages with calls allowed in one user turn (BFCL's limit, 20); one more
+            force-quits the episode with reward 0, as BFCL does.
+        system_prompt: defaults to :data:`BFCL_SYSTEM_PROMPT`; a BFCL entry's own system message is appended.
+        **kwargs: :class:`~envace_gym.env.ToolCallEnv`'s (``suite``, ``tasks``, ``backend``, ``max_turns``...);
+            ``max_result_chars`` defaults to 65536 here, so long_context results are shown whole.
+    """
+
+    def __init__(
+        self,
+        category: str = "simple_python",
+        split: str | None = "test",
+        max_steps_per_turn: int | None = None,
+        system_prompt: str = BFCL_SYSTEM_PROMPT,
+        **kwargs: Any,
+    ) -> None:
+        self.category = check_category(category)
+        kwargs.setdefault("suite", f"bfcl/{self.category}")
+        # BFCL shows results whole; long_context ones run to ~32k characters (ToolCallEnv clips at 8k).
+        kwargs.setdefault("max_result_chars", 65_536)
+        super().__init__(split=split, system_prompt=system_prompt, **kwargs)
+        self.max_steps_per_turn = max_steps_per_turn or upstream.max_steps_per_turn()
+        self.check: dict[str, Any] | None = None  # BFCL's verdict on the last finished episode
+        self._attempted: list[list[ToolCall]] = []
+        self._executed: list[list[ToolCall]] = []
+        self._call_steps = 0
+
+    # ------------------------------------------------------------------ gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        observation, _ = super().reset(seed=seed, options=options)
+        assert self.task is not None
+        meta = self.task.metadata
+        if meta.get("system"):
+            self.messages[0] = {"role": "system", "content": f"{self.messages[0]['content']}\n\n{meta['system']}"}
+        if meta.get("history"):  # earlier conversation in a BFCL turn (live categories)
+            self.messages[1:1] = copy.deepcopy(meta["history"])
+        self._attempted = [[] for _ in self.task.user_turns]
+        self._executed = [[] for _ in self.task.user_turns]
+        self._call_steps = 0
+        self.check = None
+        return observation, self._info([], [])
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = super().step(action)
+        if not (terminated or truncated) and self._call_steps > self.max_steps_per_turn:
+            info.update(self.abort(f"more than {self.max_steps_per_turn} steps with calls in one user turn"))
+            self.check = {"valid": False, "error_type": "multi_turn:force_terminated", "error": info["aborted"]}
+            reward, truncated = 0.0, True
+        if self.check is not None:
+            info["bfcl"] = dict(self.check)
+        return observation, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ ToolCallEnv hooks
+    def _backend_for(self, task: Task) -> Backend:
+        backend = super()._backend_for(task)
+        if task.metadata.get("holdout"):
+            return _TurnGate(backend, lambda: hidden_tools(task, self._user_turn))  # type: ignore[return-value]
+        return backend
+
+    def _run_calls(self, calls: list[ToolCall], errors: list[Any], results: list[ToolResult]) -> str:
+        first = len(results)
+        observation = super()._run_calls(calls, errors, results)
+        turn = self._user_turn
+        self._attempted[turn].extend(ToolCall(c.name, c.arguments) for c in calls)
+        for result in results[first:]:
+            # Calls that ran (also those that raised) are what BFCL replays; refused and timed-out ones are not.
+            if result.error is None or result.error.code == ErrorCode.TOOL_EXECUTION_ERROR:
+                self._executed[turn].append(ToolCall(result.call.name, result.call.arguments))
+        if calls:
+            self._call_steps += 1
+        return observation
+
+    def _answer(self, content: str) -> tuple[str, bool]:
+        observation, terminated = super()._answer(content)
+        self._call_steps = 0
+        return observation, terminated
+
+    def _score(self) -> tuple[float, dict[str, float]]:
+        assert self.task is not None
+        finished = bool(self._record.turn_answers) and self._record.turn_answers[-1] is not None
+        self.check = verdict(self.task, self._attempted, self._executed, finished)
+        reward = 1.0 if self.check["valid"] else 0.0
+        return reward, {REWARD_BASIS: reward}
+
+    def _info(self, results: list[ToolResult], errors: list[Any]) -> dict[str, Any]:
+        info = super()._info(results, errors)
+        if self.task is not None and self.task.metadata.get("holdout"):
+            hidden = hidden_tools(self.task, self._user_turn)
+            info["tools"] = [t for t in info["tools"] if t["function"]["name"] not in hidden]
+        return info
