@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from tqdm.auto import tqdm
 from envace_gym.calls import canonical_json
 from envace_gym.rehearsal import ImagineRequest, SelfRehearsalEnv, parse_execution_result, parse_inline_result
 
+from .batching import BatchingImaginer, step_concurrently
 from .scripted import OraclePolicy, play_episode
 
 __all__ = ["leaf_f1", "FidelityStats", "fidelity_report", "fidelity_table", "plot_fidelity", "save_report"]
@@ -90,13 +93,14 @@ class FidelityStats:
 
 
 def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed: int = 0, progress: bool = True,
-                    grounding: str = "reference") -> dict[str, Any]:
+                    grounding: str = "reference", batch_size: int = 8) -> dict[str, Any]:
     """Compare each imaginer's results with the real ones on ``episodes`` oracle episodes with tool calls.
 
     ``imaginers`` maps a backend name to an imaginer (prompted mode) or to ``(imaginer, mode)``.
     ``grounding="none"`` withholds the reference examples from the simulator prompt (a harder test: with
     reference grounding the real result of a reference call is among the examples; inline mode never
-    shows examples)."""
+    shows examples). An imaginer with ``imagine_batch`` (an ``LMPolicy``) answers ``batch_size`` episodes
+    at a time, in batches."""
     pool = [t for t in env_factory().unwrapped.pool if t.reference_calls]
     random.Random(seed).shuffle(pool)
     tasks = pool[:episodes]
@@ -104,15 +108,16 @@ def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed:
     for name, entry in imaginers.items():
         imaginer, mode = entry if isinstance(entry, tuple) else (entry, "prompted")
         parse = parse_inline_result if mode == "inline" else parse_execution_result
+
+        def make_env(probe: _Probe) -> Any:
+            return SelfRehearsalEnv(env_factory(), probe, mode=mode, grounding=grounding, on_invalid="error_observation")
+
         stats = FidelityStats()
-        probe = _Probe(imaginer)
-        env = SelfRehearsalEnv(env_factory(), probe, mode=mode, grounding=grounding, on_invalid="error_observation")
-        oracle = OraclePolicy(env.unwrapped.suite)
-        for task in tqdm(tasks, desc=f"fidelity {name}", disable=not progress, unit="ep"):
-            probe.answers = []
-            info = play_episode(env, oracle, task.id)
+        with tqdm(total=len(tasks), desc=f"fidelity {name}", disable=not progress, unit="ep") as bar:
+            played = _play_oracle(tasks, make_env, imaginer, batch_size, bar)
+        for task, info, answers in played:
             specs = {s.name: s for s in task.tool_specs}
-            for ref, (tool, text) in zip(task.reference_calls, probe.answers):
+            for ref, (tool, text) in zip(task.reference_calls, answers):
                 value, reason = parse(text)
                 stats.calls += 1
                 ok = reason is None
@@ -129,6 +134,37 @@ def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed:
         summary["key_f1_by_tool"] = {t: sum(v) / len(v) for t, v in sorted(stats.by_tool.items())}
         report["backends"][name] = summary
     return report
+
+
+def _play_oracle(tasks: list[Any], make_env, imaginer: Any, batch_size: int, bar: Any) -> list[tuple[Any, dict[str, Any], list]]:
+    """Play each task's oracle episode with ``imaginer`` answering; ``(task, last info, env-role answers)``
+    in task order. With ``imagine_batch``, ``batch_size`` workers play at once and share one batcher."""
+    workers = min(batch_size, len(tasks)) if hasattr(imaginer, "imagine_batch") else 1
+    batcher = BatchingImaginer(imaginer, workers) if workers > 1 else None
+    queue = list(enumerate(tasks))
+    lock = threading.Lock()
+    played: dict[int, tuple[Any, dict[str, Any], list]] = {}
+
+    def worker() -> None:
+        probe = _Probe(batcher or imaginer)
+        env = make_env(probe)
+        oracle = OraclePolicy(env.unwrapped.suite)
+        while True:
+            with lock:
+                if not queue:
+                    return
+                index, task = queue.pop(0)
+            probe.answers = []
+            info = play_episode(env, oracle, task.id)
+            played[index] = (task, info, list(probe.answers))
+            bar.update(1)
+
+    if batcher is None:
+        worker()
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="envace-fidelity") as pool:
+            step_concurrently(pool, [(worker, batcher)] * workers)
+    return [played[i] for i in range(len(tasks))]
 
 
 def plot_fidelity(report: dict[str, Any], path: str | Path) -> Path:

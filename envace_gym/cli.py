@@ -199,7 +199,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         else:
             imaginers[name] = (policy, "inline" if name == "self-inline" else "prompted")
     report = fidelity_report(lambda: _make_env(args), imaginers, args.episodes, seed=args.seed,
-                             progress=not args.no_progress, grounding=args.grounding)
+                             progress=not args.no_progress, grounding=args.grounding, batch_size=args.batch_size)
     report.update({"policy": args.policy, "simulator": args.simulator or None, "split": args.split})
     out = Path(args.out or f"runs/fidelity-{time.strftime('%Y%m%d-%H%M%S')}")
     save_report(report, out)
@@ -312,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_fid.add_argument("--episodes", type=int, default=20)
     p_fid.add_argument("--grounding", default="reference", choices=["reference", "none"],
                        help="few-shot examples from the reference trajectory in the simulator prompt, or none")
+    p_fid.add_argument("--batch-size", type=int, default=8, help="episodes played at once (their env-role calls are batched)")
     p_fid.add_argument("--seed", type=int, default=0)
     p_fid.add_argument("--max-turns", type=int, default=0)
     p_fid.add_argument("--out", default=None, help="folder for fidelity.json and fidelity.png")

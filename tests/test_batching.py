@@ -95,3 +95,28 @@ def test_collect_sends_the_env_role_of_all_envs_as_one_batch(monkeypatch):
     assert all(env.imaginer is role for env in envs)  # the batcher was only borrowed
     tool_msgs = [m for m in trajs[0].messages if m["role"] == "tool"]
     assert json.loads(tool_msgs[0]["content"]) == {"tool": "get_balance"}
+
+
+def test_fidelity_batched_equals_one_by_one_for_a_greedy_model():
+    from envace_gym.agents.fidelity import fidelity_report
+
+    policy = tiny_policy(sampling=SamplingConfig(temperature=0.0, max_new_tokens=12, seed=0))
+
+    def factory():
+        return gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test")
+
+    sizes = []
+    original = policy.imagine_batch
+
+    def recording(requests, sampling=None):
+        sizes.append(len(requests))
+        return original(requests, sampling)
+
+    policy.imagine_batch = recording
+    reports = []
+    for batch_size in (1, 4):
+        sizes.clear()
+        reports.append(fidelity_report(factory, {"self": policy, "inline": (policy, "inline")}, episodes=4, progress=False,
+                                       batch_size=batch_size))
+        assert max(sizes) == batch_size
+    assert reports[0] == reports[1] and reports[0]["backends"]["self"]["calls"] >= 4
