@@ -1,0 +1,289 @@
+"""``Tau2Env`` (``EnvACE-Tau2-v0``): a tau2-bench domain as a Gymnasium env, scored as tau2 scores it.
+
+The episode is tau2's conversation: the agent greets, a simulated user opens with the task's request, and
+every agent message without a tool call goes to the user, whose reply is the next observation. The episode
+ends when the user stops (a stop token) or a limit is hit (max_turns, max_errors, a failing user: reward 0,
+as in tau2). As with tau2's conversational agent, the agent itself cannot end the conversation (``###STOP###``
+is a solo-mode token there; solo mode is not offered). See :mod:`.scoring` for the reward and :mod:`.users`
+for users.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Sequence
+
+from envace_gym.calls import (
+    ErrorCode,
+    ToolCall,
+    format_calls,
+    parse_calls,
+    tool_calls_to_openai,
+)
+from envace_gym.env import ToolCallEnv
+from envace_gym.tasks import Task, TaskSuite
+
+from . import _runtime
+from .backend import Tau2Backend, user_tool_schemas
+from .domains import check_domain
+from .judge import make_judge
+from .scoring import score_log
+from .tasks import load_suite
+from .trajectory import (
+    EpisodeLog,
+    LoggedCall,
+    LoggedMessage,
+    log_from_history,
+    result_content,
+)
+from .users import is_stop, make_user, user_system_prompt
+
+__all__ = ["Tau2Env", "GREETING"]
+
+#: The agent's first message when a task has no message history (tau2's orchestrator sends one too).
+GREETING = "Hi! How can I help you today?"
+
+
+class Tau2Env(ToolCallEnv):
+    """A tau2-bench domain as a Gymnasium env.
+
+    Args:
+        domain: ``"airline"``, ``"retail"``, ``"telecom"`` or ``"mock"``.
+        user: who plays the customer: ``"scripted"`` (:class:`~.users.ScriptedUser`, the default),
+            ``"lm"`` (the embedded model), ``"lm:SPEC"`` (``LMPolicy.from_spec(SPEC)``), an LMPolicy, or any
+            object with ``reply(messages, tools)`` (see :mod:`.users`).
+        judge: ``None`` (default: NL assertions are not graded), an LMPolicy, or a callable
+            ``(assertions, transcript) -> [bool]`` (see :mod:`.judge`).
+        split: ``"test"`` (default), ``"train"`` (tau2's split files) or ``None`` for all tasks.
+        max_turns: assistant messages before the episode is cut (reward 0, tau2's ``max_steps``).
+        max_errors: failed tool calls before the episode is cut (reward 0, tau2's ``max_errors``).
+        max_user_tool_rounds: user tool-call rounds in one user turn before the user is declared stuck.
+        replay_on_score: replay the episode's calls on a fresh environment for the DB and assertion checks
+            even when the backend is real (tau2's way; the same state, slower). Imagined results always replay.
+        suite: ``"tau2/<domain>"`` (the CLI passes it); must agree with ``domain``.
+        tasks: your own :class:`TaskSuite` of tau2 tasks (e.g. from :func:`.tasks.build_task`).
+        **kwargs: the rest of :class:`~envace_gym.env.ToolCallEnv`'s arguments (``backend``, ``render_mode``...).
+
+    ``env.unwrapped.log`` is the episode as tau2 sees it (:class:`~.trajectory.EpisodeLog`; turn it into
+    tau2 messages with :func:`~.trajectory.to_tau2_messages`). At the end, ``info["tau2"]`` holds the
+    termination reason and what each check found.
+    """
+
+    def __init__(
+        self,
+        domain: str = "retail",
+        user: Any = "scripted",
+        judge: Any = None,
+        split: str | None = "test",
+        max_turns: int = 100,
+        max_errors: int = 10,
+        max_user_tool_rounds: int = 8,
+        replay_on_score: bool = False,
+        suite: str | None = None,
+        tasks: TaskSuite | Sequence[Task] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        check_domain(domain)
+        if suite is not None and suite != f"tau2/{domain}":
+            raise ValueError(f"suite {suite!r} does not match domain {domain!r}; pass domain= only (suite tau2/{domain})")
+        super().__init__(split=split, tasks=tasks if tasks is not None else load_suite(domain), max_turns=max_turns, **kwargs)
+        self.domain = domain
+        self.user = make_user(user)
+        self.judge = make_judge(judge)
+        self.max_errors = max_errors
+        self.max_user_tool_rounds = max_user_tool_rounds
+        self.replay_on_score = replay_on_score
+        self.user_tools = user_tool_schemas(domain)
+        self.log = EpisodeLog()
+        self._user_view: list[dict[str, Any]] = []
+        self._errors = 0
+        self._real = True
+        self._shadow: Tau2Backend | None = None
+        self._shadow_applied = 0
+        self._history_calls = 0
+        self._result_info: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed, options=options)
+        task = self.task
+        assert task is not None
+        meta = task.metadata.get("tau2")
+        if not meta or meta.get("domain") != self.domain:
+            raise ValueError(f"task {task.id!r} is not a tau2 {self.domain} task (build it with envace_gym.envs.tau2.build_task)")
+        tau = _runtime.parse_task(meta["task"])
+        if self.judge is None and tau.evaluation_criteria is not None and any(
+            b.value == "NL_ASSERTION" for b in tau.evaluation_criteria.reward_basis
+        ):
+            raise ValueError(f"task {task.id!r} is graded on NL_ASSERTION; pass judge=... to the env")
+        history = list(tau.initial_state.message_history or []) if tau.initial_state is not None else []
+        self._real = isinstance(self.backend, Tau2Backend)
+        self._shadow, self._shadow_applied = None, 0
+        self._errors = 0
+        self._result_info = {}
+        self.log = EpisodeLog(log_from_history(history) if history else [LoggedMessage("assistant", GREETING)])
+        self._history_calls = len(self.log.calls())
+        self.messages = [{"role": "system", "content": task.system or self.system_prompt}, *self._agent_view(self.log.messages)]
+        self._user_view = [
+            {"role": "system", "content": user_system_prompt(meta.get("scenario", ""), bool(self.user_tools))},
+            *self._user_view_of(self.log.messages),
+        ]
+        if hasattr(self.user, "reset"):
+            self.user.reset(task)
+        opening, ending = self._user_reply()
+        if ending is not None or not opening:
+            # A user that stops (or fails) before saying anything: the scenario's own opening stands in.
+            if ending == "user_stop":
+                self.log.messages.pop()
+                self._user_view.pop()
+            opening = task.user_turns[0]
+            self._user_view.append({"role": "assistant", "content": opening})
+            self.log.messages.append(LoggedMessage("user", opening))
+            self._result_info["opening_fallback"] = True
+        self.messages.append({"role": "user", "content": opening})
+        return opening, self._info([], [])
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if not (terminated or truncated) and self._errors >= self.max_errors:
+            self.log.termination = "too_many_errors"
+            self._done, truncated = True, True
+            reward, components = self._score()
+            info["reward_components"], info["success"] = components, False
+        if terminated or truncated:
+            info["tau2"] = dict(self._result_info)
+        return obs, reward, terminated, truncated, info
+
+    def abort(self, reason: str) -> dict[str, Any]:
+        """End now with reward 0 (an unusable imagined result); tau2 would call it an agent error."""
+        self.log.termination = "agent_error"
+        out = super().abort(reason)
+        out["tau2"] = {"termination": "agent_error"}
+        return out
+
+    # ------------------------------------------------------------------ agent side
+    def _run_calls(self, calls: list[ToolCall], errors: list[Any], results: list[Any]) -> str:
+        assistant = self.messages[-1]
+        observation = super()._run_calls(calls, errors, results)
+        logged = []
+        for r in results:
+            # Calls our checks refused never reached tau2; an imagined result that was unusable neither.
+            if r.ok or (self._real and r.error.code == ErrorCode.TOOL_EXECUTION_ERROR):
+                logged.append(self._logged(r, "assistant"))
+        text = parse_calls(assistant.get("content", "")).content or None
+        self.log.messages.append(LoggedMessage("assistant", text, logged))
+        self._errors += len(errors) + sum(1 for r in results if not r.ok)
+        return observation
+
+    def _logged(self, result: Any, requestor: str, world: Tau2Backend | None = None) -> LoggedCall:
+        """The log entry of an executed call, with tau2's own tool-message content where a real
+        environment answered it."""
+        world = world or (self.backend if self._real else None)
+        raw = world.raw.get(result.call.id or "") if isinstance(world, Tau2Backend) else None
+        if raw is None:  # imagined: the shown value stands in (the scorer only replays the call)
+            raw = (result_content(result.content) if result.ok else result.error.message, not result.ok)
+        return LoggedCall(result.call.id or "", result.call.name, result.call.arguments, requestor, raw[0], raw[1])
+
+    def _answer(self, content: str) -> tuple[str, bool]:
+        self.log.messages.append(LoggedMessage("assistant", content))
+        self._user_view.append({"role": "user", "content": content})
+        text, ending = self._user_reply()
+        self._user_turn += 1
+        if text:
+            self.messages.append({"role": "user", "content": text})
+        if ending is not None:
+            self.log.termination = ending
+            return text, True
+        return text, False
+
+    def _score(self) -> tuple[float, dict[str, float]]:
+        assert self.task is not None
+        if self.log.termination is None:
+            self.log.termination = "max_steps"
+        # Real backend: every logged call ran on its environment, in order, so it is the replayed state.
+        # Imagined results: the logged calls are replayed on a fresh real environment.
+        final_env = self.backend.env if self._real and not self.replay_on_score else None
+        result = score_log(self.domain, self.task.metadata["tau2"]["task"], self.log, self.judge, final_env)
+        self._result_info.update(result.checks)
+        return result.reward, result.components
+
+    # ------------------------------------------------------------------ user side
+    def _user_reply(self) -> tuple[str, str | None]:
+        """The user's next message to the agent, after any tool calls of its own; and how the episode
+        ends with it (``"user_stop"``, ``"user_error"``) or ``None``."""
+        for _ in range(self.max_user_tool_rounds + 1):
+            try:
+                raw = self.user.reply(list(self._user_view), list(self.user_tools))
+            except Exception as exc:  # a crashing user ends the episode like tau2's USER_ERROR
+                self._result_info["user_error"] = f"{type(exc).__name__}: {exc}"
+                return "", "user_error"
+            text = raw if isinstance(raw, str) else str(getattr(raw, "text", raw))
+            parsed = parse_calls(text)
+            if not (parsed.calls or parsed.errors):
+                visible = parsed.content
+                if not visible.strip():
+                    self._result_info["user_error"] = "empty user message"
+                    return "", "user_error"
+                self._user_view.append({"role": "assistant", "content": visible})
+                self.log.messages.append(LoggedMessage("user", visible))
+                return visible, ("user_stop" if is_stop(visible) else None)
+            self._run_user_calls(text, parsed)
+        self._result_info["user_error"] = f"more than {self.max_user_tool_rounds} user tool-call rounds in one turn"
+        return "", "user_error"
+
+    def _run_user_calls(self, text: str, parsed: Any) -> None:
+        self._user_view.append({"role": "assistant", "content": text})
+        logged = []
+        for err in parsed.errors:
+            self._user_view.append({"role": "tool", "name": err.tool or "", "content": json.dumps({"error": err.to_dict()})})
+        for i, call in enumerate(parsed.calls):
+            call = ToolCall(call.name, call.arguments, f"user_call_{len(self.log.messages)}_{i}")
+            world = self._user_world()
+            result = world.execute_user(call)
+            if result.ok or result.error.code == ErrorCode.TOOL_EXECUTION_ERROR:
+                logged.append(self._logged(result, "user", world))
+            self._user_view.append({"role": "tool", "name": call.name, "content": result.to_message_content()})
+        self.log.messages.append(LoggedMessage("user", parsed.content or None, logged))
+
+    def _user_world(self) -> Tau2Backend:
+        """The environment the user's own tools act on: the episode's backend when it is real; with imagined
+        agent results, a private real environment kept in step with the agent's logged calls."""
+        if self._real:
+            assert isinstance(self.backend, Tau2Backend)
+            return self.backend
+        if self._shadow is None:
+            self._shadow = Tau2Backend(self.domain)
+            self._shadow.reset(self.task)  # applies the initial history's calls
+            self._shadow_applied = self._history_calls
+        calls = self.log.calls()
+        for c in calls[self._shadow_applied:]:
+            if c.requestor == "assistant":  # the user's own calls ran on the shadow already
+                self._shadow.env.get_response(_runtime.tau2_call(c.id, c.name, copy.deepcopy(c.arguments), "assistant"))
+        self._shadow_applied = len(calls)
+        return self._shadow
+
+    # ------------------------------------------------------------------ views
+    @staticmethod
+    def _agent_view(messages: Sequence[LoggedMessage]) -> list[dict[str, Any]]:
+        """The agent's messages for the initial history (or the greeting): what tau2's agent would see."""
+        out: list[dict[str, Any]] = []
+        for m in messages:
+            agent_calls = [c for c in m.calls if c.requestor == "assistant"]
+            if m.role == "assistant" and agent_calls:
+                calls = [ToolCall(c.name, c.arguments, c.id) for c in agent_calls]
+                out.append({"role": "assistant", "content": format_calls(calls), "tool_calls": tool_calls_to_openai(calls)})
+                out.extend({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": c.content or ""} for c in agent_calls)
+            elif m.text:
+                out.append({"role": m.role, "content": m.text})
+        return out
+
+    @staticmethod
+    def _user_view_of(messages: Sequence[LoggedMessage]) -> list[dict[str, Any]]:
+        """The same history from the user's side: roles flipped, the agent's tool calls hidden."""
+        out: list[dict[str, Any]] = []
+        for m in messages:
+            if m.text:
+                out.append({"role": "user" if m.role == "assistant" else "assistant", "content": m.text})
+            out.extend({"role": "tool", "name": c.name, "content": c.content or ""} for c in m.calls if c.requestor == "user")
+        return out

@@ -1,0 +1,375 @@
+"""EnvACE-Tau2-v0: tau2-bench domains in our env, scored as tau2's evaluator scores them. Offline and fast:
+mostly the small mock and telecom databases, a few retail and airline episodes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from envace_gym.agents.scripted import OraclePolicy, play_episode
+from envace_gym.envs.tau2 import _runtime
+from envace_gym.envs.tau2.env import Tau2Env
+from envace_gym.envs.tau2.official import evaluate_with_tau2
+from envace_gym.envs.tau2.perturb import PERTURBATIONS, perturbations
+from envace_gym.envs.tau2.tasks import build_task, load_suite
+from envace_gym.envs.tau2.users import STOP_TOKENS, ScriptedUser
+
+from envace_gym import SelfRehearsalEnv, TaskSuite, ToolCall, format_calls
+from envace_gym.rehearsal import RealResultImaginer
+
+REPO = Path(__file__).resolve().parents[1]
+SIZES = {"airline": 50, "retail": 114, "telecom": 114, "mock": 9}
+
+
+def make(domain: str = "mock", **kwargs) -> Tau2Env:
+    return gym.make("EnvACE-Tau2-v0", domain=domain, split=None, **kwargs).unwrapped
+
+
+def oracle_info(env: Tau2Env, task_id: str) -> dict:
+    return play_episode(env, OraclePolicy(env.suite), task_id)
+
+
+def variant_suite(domain: str, task_id: str, kinds=PERTURBATIONS) -> tuple[TaskSuite, dict[str, str]]:
+    tasks = list(_runtime.base_tasks(domain))
+    task = next(t for t in tasks if t.id == task_id)
+    plans = perturbations(domain, task, tasks)
+    built = {"gold": build_task(domain, task, actions=None, id_suffix="~gold")}
+    built.update({k: build_task(domain, task, actions=plans[k], id_suffix=f"~{k}") for k in kinds if k in plans})
+    return TaskSuite(built.values(), "variants"), {k: t.id for k, t in built.items()}
+
+
+# ---------------------------------------------------------------------------- loading
+@pytest.mark.parametrize("domain", sorted(SIZES))
+def test_domain_tasks_load(domain):
+    suite = load_suite(domain)
+    assert len(suite) == SIZES[domain]
+    assert set(suite.splits) <= {"train", "test"} and "test" in suite.splits
+    for task in suite[:3]:
+        assert task.tools and all(t["type"] == "function" for t in task.tools)
+        assert task.reward and all(b.startswith("tau2_") for b in task.reward)
+        assert task.metadata["tau2"]["domain"] == domain
+        assert "<policy>" in task.system
+        assert len(task.reference) == len(task.user_turns)
+
+
+def test_splits_follow_tau2_files():
+    assert {s: len(load_suite("retail").filter(split=s)) for s in ("train", "test")} == {"train": 74, "test": 40}
+    assert load_suite("mock").splits == ["test"]  # no train/test split file: everything is test
+
+
+def test_unknown_domain_is_one_line_error():
+    with pytest.raises(ValueError, match="unknown tau2 domain 'nope'; known domains: airline, retail, telecom, mock"):
+        gym.make("EnvACE-Tau2-v0", domain="nope")
+
+
+def test_reward_basis_comes_from_tau2():
+    retail = load_suite("retail")[0]
+    assert retail.reward == ("tau2_db", "tau2_communicate")
+    assert load_suite("telecom")[0].reward == ("tau2_env_assertion",)
+
+
+# ---------------------------------------------------------------------------- oracle
+def test_oracle_passes_mock_except_the_impossible_gold():
+    env = make("mock")
+    results = {t.id: oracle_info(env, t.id)["success"] for t in env.suite}
+    # Its gold action list is empty, yet its assertion wants task_2 completed: tau2's gold fails it too.
+    assert [k for k, ok in results.items() if not ok] == ["mock-update_task_with_history_and_env_assertions"]
+
+
+@pytest.mark.parametrize("domain,count", [("retail", 3), ("telecom", 4), ("airline", 1)])
+def test_oracle_passes_db_and_assertion_tasks(domain, count):
+    env = make(domain)
+    for task in env.suite[:count]:
+        info = oracle_info(env, task.id)
+        assert info["success"], (task.id, info.get("reward_components"), info.get("tau2"))
+        assert set(info["reward_components"]) == set(task.reward)
+        assert info["tau2"]["termination"] == "user_stop"
+
+
+def test_cli_eval_oracle_mock():
+    out = subprocess.run(
+        [sys.executable, "-m", "envace_gym.cli", "eval", "--env", "EnvACE-Tau2-v0", "--domain", "mock", "--policy", "oracle", "--json", "--no-progress"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["episodes"] == 9 and summary["success_rate"] == pytest.approx(8 / 9)
+
+
+# ---------------------------------------------------------------------------- perturbations
+def test_each_perturbation_fails_retail():
+    suite, ids = variant_suite("retail", "22")
+    assert set(ids) == {"gold", *PERTURBATIONS}
+    env = Tau2Env(domain="retail", split=None, tasks=suite)
+    rewards = {k: oracle_info(env, tid)["success"] for k, tid in ids.items()}
+    assert rewards == {"gold": True, **{k: False for k in PERTURBATIONS}}
+
+
+def test_dropped_user_action_fails_telecom():
+    suite, ids = variant_suite("telecom", load_suite("telecom")[0].metadata["tau2"]["task_id"], kinds=("dropped_action",))
+    env = Tau2Env(domain="telecom", split=None, tasks=suite)
+    assert oracle_info(env, ids["gold"])["success"]
+    info = oracle_info(env, ids["dropped_action"])
+    assert not info["success"] and info["reward_components"] == {"tau2_env_assertion": 0.0}
+
+
+def test_our_reward_equals_tau2_evaluator():
+    for domain, task_id in (("mock", "update_task_1"), ("telecom", load_suite("telecom")[1].metadata["tau2"]["task_id"])):
+        suite, ids = variant_suite(domain, task_id)
+        env = Tau2Env(domain=domain, split=None, tasks=suite)
+        for tid in ids.values():
+            info = oracle_info(env, tid)
+            official = evaluate_with_tau2(domain, env.task.metadata["tau2"]["task"], env.log)
+            assert float(official.reward) == (1.0 if info["success"] else 0.0), (tid, info.get("tau2"))
+
+
+# ---------------------------------------------------------------------------- episodes
+def test_fresh_state_every_episode():
+    suite, ids = variant_suite("mock", "update_task_1", kinds=("extra_write",))
+    env = Tau2Env(domain="mock", split=None, tasks=suite)
+    first = oracle_info(env, ids["gold"])
+    first_state, first_env = env.backend.state_hash(), env.backend.env
+    assert not oracle_info(env, ids["extra_write"])["success"]  # a different write in between...
+    second = oracle_info(env, ids["gold"])  # ...does not leak into the next episode
+    assert env.backend.env is not first_env
+    assert (first["success"], first["reward_components"]) == (second["success"], second["reward_components"]) == (True, {"tau2_db": 1.0, "tau2_communicate": 1.0})
+    assert env.backend.state_hash() == first_state
+
+
+def test_invalid_calls_get_fixed_error_codes_and_never_reach_tau2():
+    env = make("mock")
+    env.reset(options={"task_id": "mock-create_task_1"})
+    before = env.backend.state_hash()
+    _, _, _, _, info = env.step(format_calls([ToolCall("delete_everything", {})]))
+    assert [e["code"] for e in info["errors"]] == ["TOOL_NOT_AVAILABLE"]
+    _, _, _, _, info = env.step(format_calls([ToolCall("create_task", {"user_id": 7})]))
+    assert [e["code"] for e in info["errors"]] == ["INVALID_PARAMETERS"]
+    assert env.backend.state_hash() == before
+    assert env.log.calls() == []  # tau2's trajectory would not hold them
+    _, _, _, _, info = env.step(format_calls([ToolCall("update_task_status", {"task_id": "task_404", "status": "completed"})]))
+    assert [e["code"] for e in info["errors"]] == ["TOOL_EXECUTION_ERROR"]  # tau2 raised: it reached tau2
+    assert [c.name for c in env.log.calls()] == ["update_task_status"] and env.log.calls()[0].error
+
+
+def test_hostile_calculate_is_refused():
+    env = make("retail")
+    env.reset(options={"task_id": "retail-0"})
+    _, _, _, _, info = env.step(format_calls([ToolCall("calculate", {"expression": "9**9**9**9"})]))
+    assert [e["code"] for e in info["errors"]] == ["INVALID_PARAMETERS"]
+
+
+def test_scripted_user_ends_the_conversation():
+    env = make("mock")
+    obs, _ = env.reset(options={"task_id": "mock-create_task_1"})
+    assert "Important Meeting" in obs  # the scenario's known information
+    obs, reward, terminated, truncated, info = env.step("Shall I create it?")
+    assert obs == "Yes, please go ahead." and not terminated  # a question gets a confirmation...
+    obs, reward, terminated, truncated, info = env.step("I could not do it.")
+    assert terminated and not truncated and "###STOP###" in obs  # ...a statement ends the conversation
+    assert reward == 0.0 and info["tau2"]["termination"] == "user_stop"
+
+
+def test_scripted_user_patience_is_bounded():
+    user = ScriptedUser(patience=1)
+    env = make("mock", user=user)
+    env.reset(options={"task_id": "mock-create_task_1"})
+    assert env.step("Really?")[0] == "Yes, please go ahead."
+    assert env.step("Really?")[2]  # patience spent: the user stops
+
+
+def test_transfer_then_user_stop_scores_action_basis():
+    env = make("mock")
+    env.reset(options={"task_id": "mock-impossible_task_1"})
+    env.step(format_calls([ToolCall("transfer_to_human_agents", {"summary": "cannot delete tasks"})]))
+    obs, reward, terminated, _, info = env.step("I am transferring you to a human agent.")
+    assert terminated and "###STOP###" in obs and info["tau2"]["termination"] == "user_stop"
+    assert reward == 1.0 and info["reward_components"] == {"tau2_db": 1.0, "tau2_action": 1.0}
+
+
+def test_agent_cannot_end_the_conversation():
+    env = make("mock")
+    env.reset(options={"task_id": "mock-create_task_1"})
+    obs, _, terminated, _, _ = env.step("Can I help with anything else? ###STOP###")
+    assert not terminated and obs == "Yes, please go ahead."  # as in tau2: the text just goes to the user
+
+
+def test_too_many_errors_scores_zero():
+    env = make("mock", max_errors=3)
+    env.reset(options={"task_id": "mock-create_task_1_nl_eval"})  # gold: no actions, so doing nothing passes
+    bad = format_calls([ToolCall("nope", {})])
+    results = [env.step(bad) for _ in range(3)]
+    _, reward, terminated, truncated, info = results[-1]
+    assert truncated and not terminated and reward == 0.0 and info["tau2"]["termination"] == "too_many_errors"
+
+
+def test_max_turns_scores_zero():
+    env = make("mock", max_turns=1)
+    env.reset(options={"task_id": "mock-create_task_1"})
+    _, reward, _, truncated, info = env.step(format_calls([ToolCall("create_task", {"user_id": "user_1", "title": "Important Meeting"})]))
+    assert truncated and reward == 0.0 and info["tau2"]["termination"] == "max_steps"
+
+
+def test_telecom_user_acts_with_its_own_tools():
+    env = make("telecom")
+    task = env.suite[0]
+    info = oracle_info(env, task.id)
+    user_calls = [c for c in env.log.calls() if c.requestor == "user"]
+    assert [c.name for c in user_calls] == [a["name"] for step in task.metadata["tau2"]["user_script"] for a in step]
+    assert info["success"]
+    assert all(m["role"] != "tool" or "toggle" not in m.get("name", "") for m in info["messages"])  # the agent never sees them
+
+
+class _ToolUsingUser:
+    """Checks its device once, then stops."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def reply(self, messages, tools):
+        self.calls += 1
+        if self.calls == 2:
+            return format_calls([ToolCall("check_status_bar", {})])
+        return "My phone has no data." if self.calls == 1 else "Fine, bye. ###STOP###"
+
+
+def test_custom_user_protocol_and_user_tool_calls():
+    env = make("telecom", user=_ToolUsingUser())
+    env.reset(options={"task_id": env.suite[0].id})
+    _, _, terminated, _, info = env.step("Please check your status bar.")
+    assert terminated and info["tau2"]["termination"] == "user_stop"
+    assert [c.name for c in env.log.calls()] == ["check_status_bar"] and not env.log.calls()[0].error
+
+
+class _StubLM:
+    """An LMPolicy stand-in that records its prompts."""
+
+    def __init__(self, replies):
+        self.replies, self.prompts = list(replies), []
+
+    def act(self, messages, tools=()):
+        self.prompts.append((messages, tools))
+        return type("Gen", (), {"text": self.replies.pop(0)})()
+
+
+@pytest.mark.parametrize("token", STOP_TOKENS)
+def test_lm_user_follows_scenario_and_stop_tokens(token):
+    lm = _StubLM(["Hi, I need a task created.", f"Thanks. {token}"])
+    env = make("mock", user=lm)
+    obs, _ = env.reset(options={"task_id": "mock-create_task_1"})
+    assert obs == "Hi, I need a task created."
+    system = lm.prompts[0][0][0]
+    assert system["role"] == "system" and "<scenario>" in system["content"] and "Important Meeting" in system["content"]
+    assert lm.prompts[0][0][1] == {"role": "user", "content": "Hi! How can I help you today?"}  # roles flipped
+    _, _, terminated, _, info = env.step("Done.")
+    assert terminated and info["tau2"]["termination"] == "user_stop"
+
+
+def test_lm_user_tiny_model_runs():
+    from envace_gym.agents import LMPolicy
+
+    env = make("mock", user=LMPolicy.from_spec("tiny"), max_turns=2)
+    env.reset(options={"task_id": "mock-create_task_1"})
+    done, steps = False, 0
+    while not done:
+        _, reward, terminated, truncated, info = env.step("Could you tell me more?")
+        done, steps = terminated or truncated, steps + 1
+    assert steps <= 2 and info["tau2"]["termination"] in ("max_steps", "user_stop", "user_error")
+    assert (reward == 0.0) or info["tau2"]["termination"] == "user_stop"
+
+
+def test_checklist_judge_reads_yes_and_no():
+    from envace_gym.envs.tau2.judge import ChecklistJudge, make_judge
+
+    lm = _StubLM(["YES, it did.", "no"])
+    judge = make_judge(lm)
+    assert isinstance(judge, ChecklistJudge)
+    assert judge(["greeted the user", "offered a refund"], "assistant: Hello") == [True, False]
+    assert "offered a refund" in lm.prompts[1][0][-1]["content"]
+
+
+def test_nl_judge_is_optional_and_reported():
+    verdicts = []
+
+    def judge(assertions, transcript):
+        verdicts.append((list(assertions), transcript))
+        return [True] * len(assertions)
+
+    env = make("mock", judge=judge)
+    info = oracle_info(env, "mock-create_task_1")
+    assert verdicts and "Important Meeting" in verdicts[0][1]
+    assert info["tau2"]["nl_assertions"] == [True] * len(verdicts[0][0])
+    assert "tau2_nl_assertion" not in info["reward_components"]  # not in this task's reward basis
+    assert "nl_assertions" not in oracle_info(make("mock"), "mock-create_task_1")["tau2"]  # off by default
+
+
+# ---------------------------------------------------------------------------- rehearsal
+def test_self_rehearsal_with_real_results_keeps_scores():
+    suite, ids = variant_suite("mock", "update_task_1", kinds=("wrong_argument",))
+    env = gym.make("EnvACE-Tau2-v0", domain="mock", split=None, tasks=suite)
+    wrapped = SelfRehearsalEnv(env, RealResultImaginer(env))
+    oracle = OraclePolicy(suite)
+    assert play_episode(wrapped, oracle, ids["gold"])["success"]
+    assert not play_episode(wrapped, oracle, ids["wrong_argument"])["success"]
+    retail = gym.make("EnvACE-Tau2-v0", domain="retail", split=None)
+    wrapped = SelfRehearsalEnv(retail, RealResultImaginer(retail))
+    info = play_episode(wrapped, OraclePolicy(retail.unwrapped.suite), "retail-0")
+    assert info["success"] and info["reward_components"]["tau2_db"] == 1.0
+
+
+# ---------------------------------------------------------------------------- hygiene
+def test_jsonl_round_trip(tmp_path):
+    suite = load_suite("mock")
+    path = suite.save_jsonl(tmp_path / "mock.jsonl")
+    again = TaskSuite.load_jsonl(path)
+    env = Tau2Env(domain="mock", split=None, tasks=again)
+    assert oracle_info(env, "mock-update_task_1")["success"]
+
+
+_OFFLINE = r"""
+import builtins, io, os, socket, sys
+repo = os.path.realpath(sys.argv[1])
+def no_net(*a, **k):
+    raise AssertionError("network access")
+socket.socket.connect = no_net
+socket.create_connection = no_net
+real_open = builtins.open
+def guarded_open(file, mode="r", *a, **k):
+    if any(m in mode for m in "wax+") and os.path.realpath(str(file)).startswith(repo):
+        raise AssertionError(f"write into the repo: {file}")
+    return real_open(file, mode, *a, **k)
+builtins.open = io.open = guarded_open
+import gymnasium as gym, envace_gym
+from envace_gym.agents.scripted import OraclePolicy, play_episode
+env = gym.make("EnvACE-Tau2-v0", domain="mock", split=None)
+info = play_episode(env, OraclePolicy(env.unwrapped.suite), "mock-update_task_1")
+assert info["success"], info
+print("ok")
+"""
+
+
+def test_offline_and_writes_nothing_into_the_repo():
+    out = subprocess.run([sys.executable, "-c", _OFFLINE, str(REPO)], capture_output=True, text=True, cwd=REPO,
+                         timeout=120, env={**__import__("os").environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_importing_the_package_is_cheap():
+    code = "import sys, envace_gym, envace_gym.envs.tau2; print('tau2' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.stdout.split() == ["False", "False"], out.stderr[-2000:]
+
+
+def test_calculate_matches_tau2_without_eval():
+    from envace_gym.envs.tau2._runtime import calculate, new_environment
+
+    for expr in ("2 + 2", "(100 - 7.5) * 3 / 4", "-3 * (2 + 0.125)", "10 / 3"):
+        assert calculate(expr) == str(round(float(eval(expr, {"__builtins__": None}, {})), 2))  # the test's oracle, not library code
+    for bad in ("__import__('os')", "2 ** 3", "1 / 0", "()"):
+        with pytest.raises((ValueError, ZeroDivisionError, SyntaxError)):
+            calculate(bad)
+    env = new_environment("airline")
+    assert env.tools.use_tool("calculate", expression="1.5 * 4") == "6.0"
