@@ -140,16 +140,7 @@ def parse_execution_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str
     match = _RESULT.search(visible)
     if match is None:
         return None, "no <execution_result>...</execution_result> block"
-    body = match.group(1).strip()
-    if len(body) > max_chars:
-        return None, f"execution result is {len(body)} characters; the limit is {max_chars}"
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        return None, f"execution result is not JSON: {str(exc)[:100]}"
-    if not isinstance(value, (dict, list)) or value == {}:
-        return None, "execution result must be a non-empty JSON object or an array"
-    return value, None
+    return _json_result(match.group(1).strip(), max_chars, "execution result")
 
 
 def parse_inline_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str | None]:
@@ -157,14 +148,18 @@ def parse_inline_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str | 
     ``(value, None)`` when valid, else ``(None, reason)``. Never raises; bounded work."""
     if not isinstance(text, str) or not text.strip():
         return None, "empty simulator answer"
-    if len(text) > max_chars:
-        return None, f"imagined result is {len(text)} characters; the limit is {max_chars}"
+    return _json_result(text, max_chars, "imagined result")
+
+
+def _json_result(body: str, max_chars: int, what: str) -> tuple[Any, str | None]:
+    if len(body) > max_chars:
+        return None, f"{what} is {len(body)} characters; the limit is {max_chars}"
     try:
-        value = json.loads(text)
+        value = json.loads(body)
     except (ValueError, RecursionError) as exc:
-        return None, f"imagined result is not JSON: {str(exc)[:100]}"
+        return None, f"{what} is not JSON: {str(exc)[:100]}"
     if not isinstance(value, (dict, list)) or value == {}:
-        return None, "imagined result must be a non-empty JSON object or an array"
+        return None, f"{what} must be a non-empty JSON object or an array"
     return value, None
 
 
