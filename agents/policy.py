@@ -151,7 +151,8 @@ class LMPolicy:
         for gen, (_, _, prompt_text, closing) in zip(gens, encoded):
             gen.prompt_text = prompt_text
             if closing and gen.text.endswith(closing):  # e.g. "\n</tool_response>" before the end-of-turn token
-                gen.text = gen.text[: -len(closing)]
+                # Template text, not content: it moves to stop_text so that text + stop_text still spell the tokens.
+                gen.text, gen.stop_text = gen.text[: -len(closing)], closing + gen.stop_text
         return gens
 
     def _inline_prompt(self, request: ImagineRequest) -> tuple[list[int], int, str, str]:
