@@ -147,3 +147,37 @@ def test_inline_hostile_result_is_data_not_a_call():
     obs, reward, term, trunc, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
     assert not term and info["messages"][-1]["content"] == hostile
     assert [c.name for c in env.unwrapped.record.calls] == ["get_balance"]
+
+
+QWEN_LIKE = (
+    "{% for m in messages %}{% if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_inline_with_a_template_that_wraps_tool_results():
+    import copy
+
+    from envace_gym.agents.engine import Generation
+    from envace_gym.agents.policy import LMPolicy
+    from envace_gym.rehearsal import ImagineRequest
+
+    base = tiny_policy()
+    tok = copy.copy(base.tokenizer)
+    tok.chat_template = QWEN_LIKE
+
+    class Echo:  # an engine that "samples" the result followed by the template's closing
+        stop_token_ids = base.engine.stop_token_ids
+
+        def generate(self, prompts, sampling, keys=None, generator=None, prefix_lens=None):
+            return [Generation('{"a": 1}\n</tool_response>', [1, 2, 3], [-0.1] * 3, "stop", stop_text="<|im_end|>") for _ in prompts]
+
+    policy = LMPolicy(base.model, tok, engine=Echo())
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "call"}]
+    header, closing = policy.chat.tool_turn(messages, [], "f")
+    assert header.endswith("<|im_start|>user\n<tool_response>\n") and closing == "\n</tool_response>"
+    gen = policy.imagine(ImagineRequest(messages, "f", {}, mode="inline"))
+    assert gen.text == '{"a": 1}' and gen.stop_text == "\n</tool_response><|im_end|>"
+    full = policy.chat.render([*messages, {"role": "tool", "name": "f", "content": gen.text}], [], add_generation_prompt=False)
+    assert full.startswith(gen.prompt_text + gen.text + gen.stop_text)  # the stream text still spells the render
