@@ -149,19 +149,15 @@ def _step_all(slots: Sequence[_Slot], actions: Sequence[str], pool: ThreadPoolEx
         imaginer = slot.rehearsal.imaginer if slot.rehearsal is not None else None
         if hasattr(imaginer, "imagine_batch"):
             groups.setdefault(id(imaginer), []).append(i)
-    shared = {i for members in groups.values() if len(members) > 1 for i in members}
-    if pool is None or not shared:
+    originals = {i: slots[i].rehearsal.imaginer for members in groups.values() if len(members) > 1 for i in members}
+    if pool is None or not originals:
         return [slot.env.step(a) for slot, a in zip(slots, actions)]
-    batchers: dict[int, BatchingImaginer] = {}
-    for i in shared:
-        original = slots[i].rehearsal.imaginer
-        batchers.setdefault(id(original), BatchingImaginer(original, len(groups[id(original)])))
-    originals = {i: slots[i].rehearsal.imaginer for i in shared}
+    batchers = {key: BatchingImaginer(originals[members[0]], len(members)) for key, members in groups.items() if len(members) > 1}
+    batcher_of = {i: batchers[id(imaginer)] for i, imaginer in originals.items()}
     try:
-        for i in shared:
-            slots[i].rehearsal.imaginer = batchers[id(originals[i])]
-        steps = [(lambda slot=slot, a=a: slot.env.step(a), batchers[id(originals[i])] if i in shared else None)
-                 for i, (slot, a) in enumerate(zip(slots, actions))]
+        for i, batcher in batcher_of.items():
+            slots[i].rehearsal.imaginer = batcher
+        steps = [(lambda slot=slot, a=a: slot.env.step(a), batcher_of.get(i)) for i, (slot, a) in enumerate(zip(slots, actions))]
         return step_concurrently(pool, steps)
     finally:
         for i, original in originals.items():
