@@ -10,8 +10,9 @@ itself always runs in one thread at a time.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from envace_gym.rehearsal import ImagineRequest
 
@@ -87,7 +88,9 @@ class BatchingImaginer:
             self._cv.notify_all()
 
 
-def step_concurrently(pool: ThreadPoolExecutor, steps: Sequence[tuple[Callable[[], Any], BatchingImaginer | None]]) -> list[Any]:
+def step_concurrently(
+    pool: ThreadPoolExecutor, steps: Sequence[tuple[Callable[[], Any], BatchingImaginer | None]]
+) -> list[Any]:
     """Run each ``(step, imaginer)`` (``step`` is one ``env.step``) in ``pool`` and return the results in
     order; env-role requests made meanwhile are answered in batches by their ``imaginer``."""
 

@@ -12,8 +12,9 @@ exactly as sampled (re-tokenising generated text need not give the same ids).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from envace_gym.tools import compact_signature
 
@@ -65,7 +66,12 @@ class ChatFormat:
             raise TemplateError("the tokenizer has no chat template")
         self.native_tools = "tools" in template
 
-    def render(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), add_generation_prompt: bool = True) -> str:
+    def render(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        add_generation_prompt: bool = True,
+    ) -> str:
         msgs = [self._plain(m) for m in messages]
         kwargs: dict[str, Any] = {}
         if tools and self.native_tools:
@@ -79,18 +85,24 @@ class ChatFormat:
                 msgs[0] = {"role": "system", "content": f"{msgs[0]['content']}\n\n{block}"}
             else:
                 msgs.insert(0, {"role": "system", "content": block})
-        return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+        return self.tokenizer.apply_chat_template(
+            msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+        )
 
-    def tool_turn(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], name: str = "") -> tuple[str, str]:
+    def tool_turn(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], name: str = ""
+    ) -> tuple[str, str]:
         """The conversation rendered up to where a new ``tool`` message's content starts, and the template
         text that closes that content before the end-of-turn token (empty for ChatML): what an inline env
         role continues, and what to strip from its answer."""
         sentinel = "\u2063ENVACE_TOOL_CONTENT\u2063"
-        full = self.render([*messages, {"role": "tool", "name": name, "content": sentinel}], tools, add_generation_prompt=False)
+        full = self.render(
+            [*messages, {"role": "tool", "name": name, "content": sentinel}], tools, add_generation_prompt=False
+        )
         at = full.rfind(sentinel)
         if at < 0:
             raise TemplateError("the chat template does not show tool message contents")
-        closing = full[at + len(sentinel):]
+        closing = full[at + len(sentinel) :]
         eot = self.tokenizer.eos_token or ""
         return full[:at], closing.split(eot)[0] if eot and eot in closing else ""
 
@@ -132,13 +144,17 @@ class TokenStream:
                 "the chat template re-renders earlier turns differently, so turns cannot be appended "
                 "token-exactly; use a template whose renders grow as a prefix (ChatML, Llama 3, Qwen)"
             )
-        suffix = rendered[len(self.text):]
+        suffix = rendered[len(self.text) :]
         if suffix:
             self.extend(fmt.encode(suffix), role, suffix)
 
 
-def encode_conversation(fmt: ChatFormat, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (),
-                        tool_results_role: str = "external") -> TokenStream:
+def encode_conversation(
+    fmt: ChatFormat,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] = (),
+    tool_results_role: str = "external",
+) -> TokenStream:
     """A finished conversation as a role-tagged stream: what SFT trains on (loss on ``actor`` tokens).
 
     Each assistant message is tagged ``actor`` up to and including its end-of-turn token; template text
@@ -160,7 +176,7 @@ def encode_conversation(fmt: ChatFormat, messages: Sequence[dict[str, Any]], too
             upto = fmt.render(messages[: i + 1], tools, add_generation_prompt=False)
             if not upto.startswith(stream.text):
                 raise TemplateError("the chat template does not render conversations as a growing prefix")
-            added = upto[len(stream.text):]
+            added = upto[len(stream.text) :]
             cut = added.find(eot, len(messages[i].get("content") or "")) if eot else -1
             actor_text = added[: cut + len(eot)] if cut >= 0 else added
             stream.extend(fmt.encode(actor_text), "actor", actor_text)

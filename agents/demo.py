@@ -45,7 +45,9 @@ def _make_envs(cfg: DemoConfig, split: str, n: int) -> list[gym.Env]:
     return [gym.make("EnvACE-ToolCall-v0", split=split, max_turns=cfg.max_turns) for _ in range(n)]
 
 
-def _evaluate(policy: LMPolicy, cfg: DemoConfig, task_ids: list[str], desc: str) -> tuple[list[Trajectory], dict[str, Any]]:
+def _evaluate(
+    policy: LMPolicy, cfg: DemoConfig, task_ids: list[str], desc: str
+) -> tuple[list[Trajectory], dict[str, Any]]:
     envs = _make_envs(cfg, "test", min(cfg.batch_size, len(task_ids)))
     trajs = collect(envs, policy, len(task_ids), task_ids=task_ids, seed=cfg.seed, desc=desc)
     summary = EvalReport([t.to_result() for t in trajs]).summary()
@@ -63,10 +65,13 @@ def _table(before: dict[str, Any], after: dict[str, Any]):
     table = Table(title="Embedded model on builtin test tasks, real backends: zero-shot -> warm-started")
     for col in ("domain", "episodes", "success", "valid calls", "calls/episode", "mean reward"):
         table.add_column(col, justify="left" if col == "domain" else "right")
-    rows = [(d, before["by_domain"][d], after["by_domain"].get(d, {})) for d in before["by_domain"]] + [("all", before, after)]
+    rows = [(d, before["by_domain"][d], after["by_domain"].get(d, {})) for d in before["by_domain"]] + [
+        ("all", before, after)
+    ]
     for name, b, a in rows:
         table.add_row(
-            name, str(b["episodes"]),
+            name,
+            str(b["episodes"]),
             f"{_pct(b['success_rate'])} -> {_pct(a.get('success_rate'))}",
             f"{_pct(b['valid_call_rate'] or 0.0)} -> {_pct(a.get('valid_call_rate') or 0.0)}",
             f"{b.get('calls_per_episode', 0):.1f} -> {a.get('calls_per_episode', 0):.1f}" if name == "all" else "",
@@ -82,6 +87,7 @@ def _plot(path: Path, before: dict[str, Any], after: dict[str, Any], sft_metrics
     import matplotlib.pyplot as plt
 
     domains = list(before["by_domain"]) + ["all"]
+
     def series(s: dict[str, Any], key: str) -> list[float]:
         return [((s["by_domain"].get(d, {}) if d != "all" else s).get(key) or 0.0) for d in domains]
 
@@ -108,8 +114,12 @@ def _plot(path: Path, before: dict[str, Any], after: dict[str, Any], sft_metrics
 
 
 def _transcript(traj: Trajectory) -> str:
-    lines = [f"# Episode {traj.task_id} ({traj.domain})", "",
-             f"reward {traj.reward:.2f}, components {traj.components}, turns {traj.turns}", ""]
+    lines = [
+        f"# Episode {traj.task_id} ({traj.domain})",
+        "",
+        f"reward {traj.reward:.2f}, components {traj.components}, turns {traj.turns}",
+        "",
+    ]
     for msg in traj.messages:
         role = msg["role"] if msg["role"] != "tool" else f"tool `{msg.get('name', '')}`"
         lines += [f"**{role}**", "", "```", msg.get("content", ""), "```", ""]
@@ -125,7 +135,9 @@ def run_demo(cfg: DemoConfig) -> Path:
     run_dir = Path(cfg.out_root) / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
-    console.print(f"[bold]envace demo[/bold]: policy={cfg.policy}, {cfg.episodes} test episodes, {cfg.minutes:g} min warm start -> {run_dir}")
+    console.print(
+        f"[bold]envace demo[/bold]: policy={cfg.policy}, {cfg.episodes} test episodes, {cfg.minutes:g} min warm start -> {run_dir}"
+    )
     policy = LMPolicy.from_spec(cfg.policy, sampling=sampling)
 
     test_pool = _make_envs(cfg, "test", 1)[0].unwrapped.pool
@@ -144,8 +156,13 @@ def run_demo(cfg: DemoConfig) -> Path:
     after_trajs, after = _evaluate(policy, cfg, task_ids, "warm-started eval")
     save_trajectories(after_trajs, run_dir / "trajectories_after.jsonl")
 
-    metrics = {"config": asdict(cfg), "before": before, "after": after, "sft": sft_summary,
-               "seconds": round(time.monotonic() - started, 1)}
+    metrics = {
+        "config": asdict(cfg),
+        "before": before,
+        "after": after,
+        "sft": sft_summary,
+        "seconds": round(time.monotonic() - started, 1),
+    }
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     _plot(run_dir / "plot.png", before, after, run_dir / "checkpoint" / "metrics.jsonl")
     shown = max(after_trajs, key=lambda t: (t.reward, t.calls_ok, -t.turns))

@@ -18,8 +18,9 @@ from __future__ import annotations
 import importlib.util
 import inspect
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -127,7 +128,10 @@ class HFEngine:
         """
         if not prompts:
             return []
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16 and self.device.type == "cpu"):
+        with (
+            torch.inference_mode(),
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16 and self.device.type == "cpu"),
+        ):
             return self._generate(prompts, sampling, keys, generator, prefix_lens)
 
     def _generate(self, prompts, sampling, keys, generator, prefix_lens) -> list[Generation]:
@@ -198,7 +202,9 @@ class HFEngine:
                     finish_reason=reasons[i],
                     prompt_tokens=len(prompts[i]) - (len(reused[i].ids) if reused[i] else 0),
                     prompt_ids=list(prompts[i]),
-                    stop_text=self.tokenizer.decode(gen_ids[i][-1:], skip_special_tokens=False) if reasons[i] == "stop" else "",
+                    stop_text=self.tokenizer.decode(gen_ids[i][-1:], skip_special_tokens=False)
+                    if reasons[i] == "stop"
+                    else "",
                 )
             )
         return results
@@ -241,7 +247,10 @@ class HFEngine:
         keep = row_mask.nonzero().squeeze(-1)
         if keep.numel() != len(ids):  # pragma: no cover - a bookkeeping bug, never silently store garbage
             raise RuntimeError(f"cache bookkeeping mismatch: {keep.numel()} positions for {len(ids)} tokens")
-        layers = [(layer.keys[row : row + 1, :, keep, :].clone(), layer.values[row : row + 1, :, keep, :].clone()) for layer in past.layers]
+        layers = [
+            (layer.keys[row : row + 1, :, keep, :].clone(), layer.values[row : row + 1, :, keep, :].clone())
+            for layer in past.layers
+        ]
         self._caches[key] = _CacheEntry(ids, layers)
         self._caches.move_to_end(key)
         while len(self._caches) > self.max_cached:
@@ -257,7 +266,9 @@ class _Batch:
     cache: Any
 
     @classmethod
-    def build(cls, prompts: Sequence[Sequence[int]], reused: Sequence[_CacheEntry | None], pad_id: int, device: torch.device) -> "_Batch":
+    def build(
+        cls, prompts: Sequence[Sequence[int]], reused: Sequence[_CacheEntry | None], pad_id: int, device: torch.device
+    ) -> _Batch:
         from transformers import DynamicCache
 
         n = len(prompts)
@@ -298,7 +309,9 @@ def cache_kwarg(module: Any) -> str:
     return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
-def _sample(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _sample(
+    logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     logits = logits.float()
     if cfg.temperature <= 0:
         logp = torch.log_softmax(logits, dim=-1)
@@ -341,12 +354,18 @@ class VLLMEngine:  # pragma: no cover - needs a GPU and vllm; never required by 
     def clear(self) -> None:
         pass
 
-    def generate(self, prompts, sampling: SamplingConfig, keys=None, generator=None, prefix_lens=None) -> list[Generation]:
+    def generate(
+        self, prompts, sampling: SamplingConfig, keys=None, generator=None, prefix_lens=None
+    ) -> list[Generation]:
         from vllm import SamplingParams, TokensPrompt
 
         params = SamplingParams(
-            temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens,
-            seed=sampling.seed, logprobs=0, stop_token_ids=self.stop_token_ids,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_new_tokens,
+            seed=sampling.seed,
+            logprobs=0,
+            stop_token_ids=self.stop_token_ids,
         )
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
         results = []
@@ -356,6 +375,15 @@ class VLLMEngine:  # pragma: no cover - needs a GPU and vllm; never required by 
             lps = [next(iter(d.values())).logprob for d in (c.logprobs or [])]
             stopped = bool(ids) and ids[-1] in self.stop_token_ids
             text_ids = ids[:-1] if stopped else ids
-            results.append(Generation(self.tokenizer.decode(text_ids), ids, lps, "stop" if stopped else "length", len(p),
-                                      list(p), self.tokenizer.decode(ids[-1:]) if stopped else ""))
+            results.append(
+                Generation(
+                    self.tokenizer.decode(text_ids),
+                    ids,
+                    lps,
+                    "stop" if stopped else "length",
+                    len(p),
+                    list(p),
+                    self.tokenizer.decode(ids[-1:]) if stopped else "",
+                )
+            )
         return results

@@ -92,8 +92,15 @@ class FidelityStats:
         }
 
 
-def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed: int = 0, progress: bool = True,
-                    grounding: str = "reference", batch_size: int = 8) -> dict[str, Any]:
+def fidelity_report(
+    env_factory,
+    imaginers: dict[str, Any],
+    episodes: int,
+    seed: int = 0,
+    progress: bool = True,
+    grounding: str = "reference",
+    batch_size: int = 8,
+) -> dict[str, Any]:
     """Compare each imaginer's results with the real ones on ``episodes`` oracle episodes with tool calls.
 
     ``imaginers`` maps a backend name to an imaginer (prompted mode) or to ``(imaginer, mode)``.
@@ -110,7 +117,9 @@ def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed:
         parse = parse_inline_result if mode == "inline" else parse_execution_result
 
         def make_env(probe: _Probe) -> Any:
-            return SelfRehearsalEnv(env_factory(), probe, mode=mode, grounding=grounding, on_invalid="error_observation")
+            return SelfRehearsalEnv(
+                env_factory(), probe, mode=mode, grounding=grounding, on_invalid="error_observation"
+            )
 
         stats = FidelityStats()
         with tqdm(total=len(tasks), desc=f"fidelity {name}", disable=not progress, unit="ep") as bar:
@@ -136,7 +145,9 @@ def fidelity_report(env_factory, imaginers: dict[str, Any], episodes: int, seed:
     return report
 
 
-def _play_oracle(tasks: list[Any], make_env, imaginer: Any, batch_size: int, bar: Any) -> list[tuple[Any, dict[str, Any], list]]:
+def _play_oracle(
+    tasks: list[Any], make_env, imaginer: Any, batch_size: int, bar: Any
+) -> list[tuple[Any, dict[str, Any], list]]:
     """Play each task's oracle episode with ``imaginer`` answering; ``(task, last info, env-role answers)``
     in task order. With ``imagine_batch``, ``batch_size`` workers play at once and share one batcher."""
     workers = min(batch_size, len(tasks)) if hasattr(imaginer, "imagine_batch") else 1
@@ -178,7 +189,12 @@ def plot_fidelity(report: dict[str, Any], path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(10, 4))
     width = 0.8 / max(1, len(names))
     for i, name in enumerate(names):
-        ax.bar([m + i * width for m in range(len(metrics))], [report["backends"][name][k] for k in metrics], width=width, label=name)
+        ax.bar(
+            [m + i * width for m in range(len(metrics))],
+            [report["backends"][name][k] for k in metrics],
+            width=width,
+            label=name,
+        )
     ax.set_xticks([m + width * (len(names) - 1) / 2 for m in range(len(metrics))], metrics)
     ax.set_ylim(0, 1)
     ax.set_title(f"imagined vs real tool results ({report['episodes']} oracle episodes)")
@@ -199,8 +215,13 @@ def fidelity_table(report: dict[str, Any]):
     for c in cols:
         table.add_column(c, justify="left" if c == "backend" else "right")
     for name, s in report["backends"].items():
-        table.add_row(name, str(s["calls"]), *(f"{100 * s[k]:.0f}%" for k in ("parse_valid_rate", "schema_valid_rate", "exact_match")),
-                      f"{s['key_f1']:.2f}", f"{100 * s['success_agreement']:.0f}%")
+        table.add_row(
+            name,
+            str(s["calls"]),
+            *(f"{100 * s[k]:.0f}%" for k in ("parse_valid_rate", "schema_valid_rate", "exact_match")),
+            f"{s['key_f1']:.2f}",
+            f"{100 * s['success_agreement']:.0f}%",
+        )
     return table
 
 

@@ -111,10 +111,14 @@ def load_model_and_tokenizer(spec: str, progress: bool = True):
         try:
             return _load_transformers(str(path))
         except ModelLoadError:
-            raise ModelLoadError(f"the cached default model at {path} is corrupt; delete it and retry: rm -r {path}") from None
+            raise ModelLoadError(
+                f"the cached default model at {path} is corrupt; delete it and retry: rm -r {path}"
+            ) from None
     if kind == "ckpt":
         if not (Path(rest) / "config.json").is_file():
-            raise ModelLoadError(f"{rest} is not a checkpoint folder (no config.json); write one with `envace sft --out {rest}`")
+            raise ModelLoadError(
+                f"{rest} is not a checkpoint folder (no config.json); write one with `envace sft --out {rest}`"
+            )
         return _load_transformers(rest)
     if kind == "hf":
         return _load_transformers(rest)

@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -67,7 +68,7 @@ class LMPolicy:
         progress: bool = True,
         bf16: bool | str = "auto",
         engine: str = "hf",
-    ) -> "LMPolicy":
+    ) -> LMPolicy:
         """``default`` | ``tiny`` | ``ckpt:DIR`` | ``hf:PATH_OR_ID`` | ``gguf:PATH`` (see :mod:`.models`).
 
         ``bf16="auto"`` decodes under bfloat16 autocast where the CPU supports it natively (the tiny test
@@ -90,7 +91,7 @@ class LMPolicy:
         return policy
 
     @classmethod
-    def default(cls, sampling: SamplingConfig | None = None) -> "LMPolicy":
+    def default(cls, sampling: SamplingConfig | None = None) -> LMPolicy:
         """The embedded SmolLM2-135M-Instruct (converted to a local safetensors cache on first use)."""
         return cls.from_spec("default", sampling)
 
@@ -109,7 +110,9 @@ class LMPolicy:
     def prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
         return self.encode_prompt(messages, tools)[0]
 
-    def encode_prompt(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> tuple[list[int], int]:
+    def encode_prompt(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
+    ) -> tuple[list[int], int]:
         """Prompt token ids and the length of their shared head (the system message with the tool list).
 
         The head is encoded on its own, so it is a token prefix of every prompt that shares it and the
@@ -117,19 +120,34 @@ class LMPolicy:
         """
         return self._encode_with_head(self.prompt_text(messages, tools), messages, tools)
 
-    def _encode_with_head(self, text: str, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> tuple[list[int], int]:
-        head = self.chat.render(messages[:1], tools, add_generation_prompt=False) if messages and messages[0]["role"] == "system" else ""
+    def _encode_with_head(
+        self, text: str, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+    ) -> tuple[list[int], int]:
+        head = (
+            self.chat.render(messages[:1], tools, add_generation_prompt=False)
+            if messages and messages[0]["role"] == "system"
+            else ""
+        )
         if not head or not text.startswith(head):
             return self.chat.encode(text), 0
         head_ids = self.chat.encode(head)
-        return head_ids + self.chat.encode(text[len(head):]), len(head_ids)
+        return head_ids + self.chat.encode(text[len(head) :]), len(head_ids)
 
     # ------------------------------------------------------------------ the two roles
-    def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), sampling: SamplingConfig | None = None) -> Generation:
+    def act(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        sampling: SamplingConfig | None = None,
+    ) -> Generation:
         """The actor's next assistant message for one conversation."""
         return self.act_batch([(messages, tools)], sampling)[0]
 
-    def act_batch(self, conversations: Sequence[tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]], sampling: SamplingConfig | None = None) -> list[Generation]:
+    def act_batch(
+        self,
+        conversations: Sequence[tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]],
+        sampling: SamplingConfig | None = None,
+    ) -> list[Generation]:
         """The actor's next message for each ``(messages, tools)`` pair, in one batched engine call."""
         encoded = [self.encode_prompt(m, t) for m, t in conversations]
         return self.generate_ids([e[0] for e in encoded], sampling=sampling, prefix_lens=[e[1] for e in encoded])
@@ -138,16 +156,26 @@ class LMPolicy:
         """The environment role's answer to one simulator prompt."""
         return self.imagine_batch([request], sampling)[0]
 
-    def imagine_batch(self, requests: Sequence[ImagineRequest], sampling: SamplingConfig | None = None) -> list[Generation]:
+    def imagine_batch(
+        self, requests: Sequence[ImagineRequest], sampling: SamplingConfig | None = None
+    ) -> list[Generation]:
         """Env-role answers: prompted requests from their simulator prompt; inline ones continue the actor's
         conversation with a tool message (from its exact token context and KV cache when given)."""
         sampling = sampling or self.sampling
         if self._env_role_rng is None and sampling.seed is not None:
             # One stream for all env-role calls: re-seeding per call would repeat the same draws.
             self._env_role_rng = torch.Generator().manual_seed(sampling.seed + 1)
-        encoded = [self._inline_prompt(r) if r.mode == "inline" else (*self.encode_prompt(r.messages), "", "") for r in requests]
-        gens = self.generate_ids([e[0] for e in encoded], keys=[r.key for r in requests], sampling=sampling,
-                                 generator=self._env_role_rng, prefix_lens=[e[1] for e in encoded])
+        encoded = [
+            self._inline_prompt(r) if r.mode == "inline" else (*self.encode_prompt(r.messages), "", "")
+            for r in requests
+        ]
+        gens = self.generate_ids(
+            [e[0] for e in encoded],
+            keys=[r.key for r in requests],
+            sampling=sampling,
+            generator=self._env_role_rng,
+            prefix_lens=[e[1] for e in encoded],
+        )
         for gen, (_, _, prompt_text, closing) in zip(gens, encoded):
             gen.prompt_text = prompt_text
             if closing and gen.text.endswith(closing):  # e.g. "\n</tool_response>" before the end-of-turn token
@@ -160,7 +188,7 @@ class LMPolicy:
         ctx_ids, ctx_text = request.context_ids, request.context_text
         if ctx_ids is not None and ctx_text is not None and text.startswith(ctx_text):
             # The actor's sampled tokens stay as they are; only the tool-message header is encoded.
-            return list(ctx_ids) + self.chat.encode(text[len(ctx_text):]), 0, text, closing
+            return list(ctx_ids) + self.chat.encode(text[len(ctx_text) :]), 0, text, closing
         return (*self._encode_with_head(text, request.messages, request.tools), text, closing)
 
     def generate_ids(
@@ -172,9 +200,11 @@ class LMPolicy:
         prefix_lens: Sequence[int] | None = None,
     ) -> list[Generation]:
         """Continue token-id prompts with the engine (the rollout engine's entry point)."""
-        return self.engine.generate(prompts, sampling or self.sampling, keys=keys, generator=generator, prefix_lens=prefix_lens)
+        return self.engine.generate(
+            prompts, sampling or self.sampling, keys=keys, generator=generator, prefix_lens=prefix_lens
+        )
 
-    def with_sampling(self, **changes: Any) -> "LMPolicy":
+    def with_sampling(self, **changes: Any) -> LMPolicy:
         """The same model and engine with other default sampling settings."""
         clone = LMPolicy.__new__(LMPolicy)
         clone.__dict__.update(self.__dict__)

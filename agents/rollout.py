@@ -10,10 +10,11 @@ verl (``response_mask``) and our trainer read the same record.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import gymnasium as gym
 from tqdm.auto import tqdm
@@ -70,14 +71,24 @@ class Trajectory:
         return sum(self.mask("actor"))
 
     def to_result(self) -> EpisodeResult:
-        return EpisodeResult(self.task_id, self.domain, self.reward, self.success, self.components, self.turns,
-                             self.truncated, self.calls_ok, self.calls_failed, self.messages)
+        return EpisodeResult(
+            self.task_id,
+            self.domain,
+            self.reward,
+            self.success,
+            self.components,
+            self.turns,
+            self.truncated,
+            self.calls_ok,
+            self.calls_failed,
+            self.messages,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
         data = dict(data)
         data["env_role_samples"] = [EnvRoleSample(**s) for s in data.get("env_role_samples", [])]
         traj = cls(**data)
@@ -152,12 +163,19 @@ def _step_all(slots: Sequence[_Slot], actions: Sequence[str], pool: ThreadPoolEx
     originals = {i: slots[i].rehearsal.imaginer for members in groups.values() if len(members) > 1 for i in members}
     if pool is None or not originals:
         return [slot.env.step(a) for slot, a in zip(slots, actions)]
-    batchers = {key: BatchingImaginer(originals[members[0]], len(members)) for key, members in groups.items() if len(members) > 1}
+    batchers = {
+        key: BatchingImaginer(originals[members[0]], len(members))
+        for key, members in groups.items()
+        if len(members) > 1
+    }
     batcher_of = {i: batchers[id(imaginer)] for i, imaginer in originals.items()}
     try:
         for i, batcher in batcher_of.items():
             slots[i].rehearsal.imaginer = batcher
-        steps = [(lambda slot=slot, a=a: slot.env.step(a), batcher_of.get(i)) for i, (slot, a) in enumerate(zip(slots, actions))]
+        steps = [
+            (lambda slot=slot, a=a: slot.env.step(a), batcher_of.get(i))
+            for i, (slot, a) in enumerate(zip(slots, actions))
+        ]
         return step_concurrently(pool, steps)
     finally:
         for i, original in originals.items():
@@ -172,7 +190,7 @@ def _splice_inline(stream: TokenStream, sample: dict[str, Any]) -> bool:
     n = len(stream.ids)
     if not text.startswith(stream.text) or ids[:n] != stream.ids or not sample.get("completion_ids"):
         return False
-    stream.extend(ids[n:], "external", text[len(stream.text):])
+    stream.extend(ids[n:], "external", text[len(stream.text) :])
     stream.extend(sample["completion_ids"], "env_role", sample.get("completion_text", ""), sample.get("logprobs"))
     return True
 
@@ -181,7 +199,9 @@ def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> list[gym.Env
     if isinstance(envs, gym.vector.SyncVectorEnv):
         return list(envs.envs)  # stepped directly: conversations need per-env control of resets
     if isinstance(envs, gym.vector.VectorEnv):
-        raise TypeError("collect() takes a list of envs or a SyncVectorEnv; AsyncVectorEnv sub-envs live in other processes")
+        raise TypeError(
+            "collect() takes a list of envs or a SyncVectorEnv; AsyncVectorEnv sub-envs live in other processes"
+        )
     envs = list(envs)
     if not envs:
         raise ValueError("collect() needs at least one env")
@@ -236,17 +256,32 @@ def collect(
         policy.engine.drop(slot.key)
         s = slot.stream
         results[slot.episode] = Trajectory(
-            task_id=info["task_id"], domain=info.get("domain", ""), token_ids=s.ids, roles=s.roles, logprobs=s.logprobs,
-            reward=float(reward), components=info.get("reward_components", {}), success=bool(info.get("success", False)),
-            truncated=truncated, turns=info.get("turn", 0), calls_ok=slot.calls_ok, calls_failed=slot.calls_failed,
-            messages=info["messages"], env_role_samples=slot.samples, policy=policy.name,
+            task_id=info["task_id"],
+            domain=info.get("domain", ""),
+            token_ids=s.ids,
+            roles=s.roles,
+            logprobs=s.logprobs,
+            reward=float(reward),
+            components=info.get("reward_components", {}),
+            success=bool(info.get("success", False)),
+            truncated=truncated,
+            turns=info.get("turn", 0),
+            calls_ok=slot.calls_ok,
+            calls_failed=slot.calls_failed,
+            messages=info["messages"],
+            env_role_samples=slot.samples,
+            policy=policy.name,
         )
         bar.update(1)
 
     for slot in slots:
         slot.rehearsal = _rehearsal_wrapper(slot.env)
     # Threads only to batch the env role across envs (see _step_all); generation stays in one thread.
-    pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="envace-step") if len(slots) > 1 and any(s.rehearsal for s in slots) else None
+    pool = (
+        ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="envace-step")
+        if len(slots) > 1 and any(s.rehearsal for s in slots)
+        else None
+    )
     active = [s for s in slots if start(s)]
     while active:
         # Episodes that would overflow the model's context end here, truncated, with reward 0.
@@ -258,7 +293,10 @@ def collect(
         if not active:
             break
         gens = policy.generate_ids(
-            [s.stream.ids for s in active], keys=[s.key for s in active], sampling=sampling, generator=generator,
+            [s.stream.ids for s in active],
+            keys=[s.key for s in active],
+            sampling=sampling,
+            generator=generator,
             prefix_lens=[s.prefix_len for s in active],
         )
         for slot, gen in zip(active, gens):
@@ -270,9 +308,17 @@ def collect(
         for slot, (_, reward, terminated, truncated, info) in zip(active, outcomes):
             spliced = True
             for sample in info.get("rehearsal", []):
-                slot.samples.append(EnvRoleSample(
-                    sample["prompt_ids"], sample["completion_ids"], sample["logprobs"], sample["mode"],
-                    sample["tool"], sample["valid"], sample.get("error")))
+                slot.samples.append(
+                    EnvRoleSample(
+                        sample["prompt_ids"],
+                        sample["completion_ids"],
+                        sample["logprobs"],
+                        sample["mode"],
+                        sample["tool"],
+                        sample["valid"],
+                        sample.get("error"),
+                    )
+                )
                 if sample["mode"] == "inline" and sample["valid"] and spliced:
                     spliced = _splice_inline(slot.stream, sample)
             ok, bad = count_calls(info)

@@ -13,7 +13,15 @@ from typing import Any, Protocol
 from envace_gym.calls import ToolCall, format_calls
 from envace_gym.tasks import Task, TaskSuite
 
-__all__ = ["TextPolicy", "OraclePolicy", "RandomPolicy", "NoopPolicy", "make_scripted_policy", "play_episode", "SCRIPTED_POLICIES"]
+__all__ = [
+    "TextPolicy",
+    "OraclePolicy",
+    "RandomPolicy",
+    "NoopPolicy",
+    "make_scripted_policy",
+    "play_episode",
+    "SCRIPTED_POLICIES",
+]
 
 
 class TextPolicy(Protocol):
@@ -109,7 +117,9 @@ class RandomPolicy:
         if kind == "boolean":
             return self.rng.random() < 0.5
         if kind == "array":
-            return [self._value(schema.get("items", {"type": "string"}), depth + 1) for _ in range(self.rng.randint(0, 2))]
+            return [
+                self._value(schema.get("items", {"type": "string"}), depth + 1) for _ in range(self.rng.randint(0, 2))
+            ]
         if kind == "object":
             return {} if depth > 1 else {"k": self._value({"type": "string"}, depth + 1)}
         return self.rng.choice(["", "x", "A-1234", "/home", "2026-03-14", json.dumps({"a": 1})])

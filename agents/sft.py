@@ -11,9 +11,10 @@ import json
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -114,10 +115,14 @@ def build_sft_examples(
             # One conversation example carries the actor's targets and, for the env role, the tool results in
             # inline form (the tool message inside the actor's context).
             inline = "env_role" in roles
-            stream = encode_conversation(policy.chat, info["messages"], info["tools"], "env_role" if inline else "external")
+            stream = encode_conversation(
+                policy.chat, info["messages"], info["tools"], "env_role" if inline else "external"
+            )
             labelled = set(roles)
             if any(r in labelled for r in stream.roles):
-                examples.append(SFTExample(task.id, stream.ids, [1 if r in labelled else 0 for r in stream.roles], stream.head))
+                examples.append(
+                    SFTExample(task.id, stream.ids, [1 if r in labelled else 0 for r in stream.roles], stream.head)
+                )
             examples.extend(_env_role_example(policy, task.id, prompt, answer) for prompt, answer in recorder.pairs)
     finally:
         env.unwrapped.backend_spec = original_backend  # the caller's env answers with its own backend again
@@ -152,13 +157,19 @@ def _fit(e: SFTExample, head: int, max_tokens: int) -> tuple[list[int], list[int
         return body, mask
     if e.keep_end:
         keep = e.head - head  # the example's own head (when not shared) stays, then the end
-        return body[:keep] + body[-(room - keep):], mask[:keep] + mask[-(room - keep):]
+        return body[:keep] + body[-(room - keep) :], mask[:keep] + mask[-(room - keep) :]
     return body[:room], mask[:room]
 
 
-def _collate(batch: Sequence[SFTExample], pad_id: int, max_tokens: int, shared_head: bool = False) -> dict[str, torch.Tensor]:
+def _collate(
+    batch: Sequence[SFTExample], pad_id: int, max_tokens: int, shared_head: bool = False
+) -> dict[str, torch.Tensor]:
     """Right-padded tensors; with ``shared_head`` the common head goes apart as ``head_ids`` [1, H]."""
-    head = batch[0].head if shared_head and all(e.input_ids[: e.head] == batch[0].input_ids[: batch[0].head] for e in batch) else 0
+    head = (
+        batch[0].head
+        if shared_head and all(e.input_ids[: e.head] == batch[0].input_ids[: batch[0].head] for e in batch)
+        else 0
+    )
     width = min(max(len(e.input_ids) for e in batch), max_tokens) - head  # _fit keeps head + body <= max_tokens
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(batch), width), dtype=torch.long)
@@ -195,7 +206,10 @@ def actor_token_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor
         with torch.no_grad():
             cache = DynamicCache()
             decoder(input_ids=batch["head_ids"], use_cache=True, **{cache_kwarg(decoder): cache})
-        layers = [(l.keys.expand(rows, -1, -1, -1).contiguous(), l.values.expand(rows, -1, -1, -1).contiguous()) for l in cache.layers]
+        layers = [
+            (l.keys.expand(rows, -1, -1, -1).contiguous(), l.values.expand(rows, -1, -1, -1).contiguous())
+            for l in cache.layers
+        ]
         width = batch["input_ids"].shape[1]
         kwargs = {
             "attention_mask": torch.cat([torch.ones((rows, head), dtype=torch.long), batch["attention_mask"]], dim=1),
@@ -215,11 +229,22 @@ def _apply_lora(policy: LMPolicy, cfg: SFTConfig) -> Any:
         from peft import LoraConfig, get_peft_model
     except ImportError:
         raise RuntimeError("--lora needs the peft package: .venv/bin/pip install peft") from None
-    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], lora_dropout=0.0)
+    lora = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        lora_dropout=0.0,
+    )
     return get_peft_model(policy.model, lora)
 
 
-def train_sft(policy: LMPolicy, examples: Sequence[SFTExample], cfg: SFTConfig, out_dir: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+def train_sft(
+    policy: LMPolicy,
+    examples: Sequence[SFTExample],
+    cfg: SFTConfig,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Train in place; write ``metrics.jsonl``, ``sft_config.json`` and a safetensors checkpoint to ``out_dir``.
 
     Loss: token-mean cross-entropy over actor tokens. Returns a summary (steps, tokens, time, final loss).
@@ -260,7 +285,9 @@ def train_sft(policy: LMPolicy, examples: Sequence[SFTExample], cfg: SFTConfig, 
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
                 loss = actor_token_loss(model, batch)
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"SFT loss became {loss.item()} at step {step + 1}; lower --lr or check the data")
+                raise FloatingPointError(
+                    f"SFT loss became {loss.item()} at step {step + 1}; lower --lr or check the data"
+                )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -270,7 +297,14 @@ def train_sft(policy: LMPolicy, examples: Sequence[SFTExample], cfg: SFTConfig, 
             tokens += int(batch["attention_mask"].sum())
             loss_value = loss.item()
             elapsed = time.monotonic() - start
-            record = {"step": step, "loss": loss_value, "lr": sched.get_last_lr()[0], "tokens": tokens, "seconds": round(elapsed, 2), "tokens_per_s": round(tokens / elapsed, 1)}
+            record = {
+                "step": step,
+                "loss": loss_value,
+                "lr": sched.get_last_lr()[0],
+                "tokens": tokens,
+                "seconds": round(elapsed, 2),
+                "tokens_per_s": round(tokens / elapsed, 1),
+            }
             if metrics_fh:
                 metrics_fh.write(json.dumps(record) + "\n")
                 metrics_fh.flush()
@@ -285,7 +319,15 @@ def train_sft(policy: LMPolicy, examples: Sequence[SFTExample], cfg: SFTConfig, 
     policy.model.eval()
     policy.engine.model = policy.model
     policy.engine.clear()  # caches were computed with the old weights
-    summary = {"bf16": use_bf16, "skipped_batches": skipped, "steps": step, "tokens": tokens, "seconds": round(time.monotonic() - start, 1), "final_loss": loss_value, "examples": len(examples)}
+    summary = {
+        "bf16": use_bf16,
+        "skipped_batches": skipped,
+        "steps": step,
+        "tokens": tokens,
+        "seconds": round(time.monotonic() - start, 1),
+        "final_loss": loss_value,
+        "examples": len(examples),
+    }
     if out:
         policy.save(out)
         (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))

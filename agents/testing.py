@@ -46,4 +46,6 @@ def tiny_policy(seed: int = 0, sampling: SamplingConfig | None = None, layers: i
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    return LMPolicy(model.eval(), tok, sampling or SamplingConfig(temperature=1.0, max_new_tokens=24, seed=seed), name="tiny")
+    return LMPolicy(
+        model.eval(), tok, sampling or SamplingConfig(temperature=1.0, max_new_tokens=24, seed=seed), name="tiny"
+    )

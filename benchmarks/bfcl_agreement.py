@@ -58,9 +58,13 @@ def official_verdict(task: Any, turns: list[list[ToolCall]], perturbation: str) 
             return {"valid": False, "error_type": "ast_decoder:decoder_failed"}
         entry = upstream.entry(category, entry_id)
         return upstream.ast_checker().ast_checker(
-            copy.deepcopy(entry["function"]), [{c.name: copy.deepcopy(c.arguments)} for c in calls],
-            copy.deepcopy(upstream.ground_truth(category, entry_id)), upstream.language(category), category,
-            upstream.CHECKER_MODEL_NAME)
+            copy.deepcopy(entry["function"]),
+            [{c.name: copy.deepcopy(c.arguments)} for c in calls],
+            copy.deepcopy(upstream.ground_truth(category, entry_id)),
+            upstream.language(category),
+            category,
+            upstream.CHECKER_MODEL_NAME,
+        )
     gt = upstream.ground_truth(category, entry_id)
     if perturbation == "ground_truth":  # BFCL's own strings, positional arguments and all
         decoded = [[list(turn)] if turn else [] for turn in gt]
@@ -69,7 +73,8 @@ def official_verdict(task: Any, turns: list[list[ToolCall]], perturbation: str) 
     model_name = f"envace_agreement_{next(_run_ids)}"
     try:
         return upstream.multi_turn_checker().multi_turn_checker(
-            decoded, gt, copy.deepcopy(upstream.entry(category, entry_id)), category, model_name)
+            decoded, gt, copy.deepcopy(upstream.entry(category, entry_id)), category, model_name
+        )
     except Exception as exc:  # noqa: BLE001 - reported as a disagreement, with the reason
         return {"valid": False, "error_type": f"checker raised {type(exc).__name__}", "error_message": str(exc)}
     finally:
@@ -109,11 +114,16 @@ def run_category(category: str, limit: int | None) -> dict[str, Any]:
                 gt_pass["ours"] += ours
                 gt_pass["bfcl"] += bfcl
             if ours != bfcl:
-                disagreements.append({
-                    "task": task.id, "perturbation": name, "ours": ours, "bfcl": bfcl,
-                    "ours_error": (info.get("bfcl") or {}).get("error_type"),
-                    "bfcl_error": theirs.get("error_type"),
-                })
+                disagreements.append(
+                    {
+                        "task": task.id,
+                        "perturbation": name,
+                        "ours": ours,
+                        "bfcl": bfcl,
+                        "ours_error": (info.get("bfcl") or {}).get("error_type"),
+                        "bfcl_error": theirs.get("error_type"),
+                    }
+                )
     env.close()
     checks = sum(total.values())
     return {
@@ -130,7 +140,9 @@ def run_category(category: str, limit: int | None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--categories", nargs="*", default=list(CATEGORIES), help="BFCL categories (default: all supported)")
+    parser.add_argument(
+        "--categories", nargs="*", default=list(CATEGORIES), help="BFCL categories (default: all supported)"
+    )
     parser.add_argument("--limit", type=int, default=0, help="tasks per category (default 0: all)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
@@ -140,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"categories": rows, "seconds": round(elapsed, 1)}, indent=1))
         return 0
-    head = (f"{'category':26} {'tasks':>5} {'checks':>6} {'agree':>8} {'GT pass ours/BFCL':>18} "
-            f"{'perturbed: BFCL-valid':>22} {'time':>7}")
+    head = (
+        f"{'category':26} {'tasks':>5} {'checks':>6} {'agree':>8} {'GT pass ours/BFCL':>18} "
+        f"{'perturbed: BFCL-valid':>22} {'time':>7}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -149,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         gt = f"{r['ground_truth_pass']['ours']}/{r['ground_truth_pass']['bfcl']}"
         perturbed = [v for k, v in r["by_perturbation"].items() if k != "ground_truth"]
         still = f"{sum(v['bfcl_valid'] for v in perturbed)}/{sum(v['checks'] for v in perturbed)}"
-        print(f"{r['category']:26} {r['tasks']:5d} {r['checks']:6d} {rate:>8} {gt:>18} {still:>22} {r['seconds']:6.1f}s")
+        print(
+            f"{r['category']:26} {r['tasks']:5d} {r['checks']:6d} {rate:>8} {gt:>18} {still:>22} {r['seconds']:6.1f}s"
+        )
     by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         for d in r["disagreements"]:
@@ -158,8 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\nDisagreements:")
         for category, items in by_kind.items():
             for d in items:
-                print(f"  {category}: {d['task']} {d['perturbation']}: ours={d['ours']} ({d['ours_error']}) "
-                      f"BFCL={d['bfcl']} ({d['bfcl_error']})")
+                print(
+                    f"  {category}: {d['task']} {d['perturbation']}: ours={d['ours']} ({d['ours_error']}) "
+                    f"BFCL={d['bfcl']} ({d['bfcl_error']})"
+                )
     print(f"\n{sum(r['checks'] for r in rows)} checks in {elapsed:.0f} s")
     return 0
 

@@ -48,12 +48,24 @@ def run(policy: LMPolicy, args, mode: str, batch_size: int) -> dict:
     entry = counting if mode == "prompted" else (counting, mode)
     policy.engine.clear()
     start = time.perf_counter()
-    report = fidelity_report(lambda: gym.make("EnvACE-ToolCall-v0", suite=args.suite, split="test"), {"b": entry},
-                             args.episodes, seed=args.seed, progress=False, batch_size=batch_size)
+    report = fidelity_report(
+        lambda: gym.make("EnvACE-ToolCall-v0", suite=args.suite, split="test"),
+        {"b": entry},
+        args.episodes,
+        seed=args.seed,
+        progress=False,
+        batch_size=batch_size,
+    )
     elapsed = time.perf_counter() - start
-    return {"mode": mode, "batch_size": batch_size, "seconds": round(elapsed, 1), "calls": counting.calls,
-            "calls_per_s": round(counting.calls / elapsed, 3), "tokens_per_s": round(counting.tokens / elapsed, 1),
-            "parse_valid_rate": report["backends"]["b"]["parse_valid_rate"]}
+    return {
+        "mode": mode,
+        "batch_size": batch_size,
+        "seconds": round(elapsed, 1),
+        "calls": counting.calls,
+        "calls_per_s": round(counting.calls / elapsed, 3),
+        "tokens_per_s": round(counting.tokens / elapsed, 1),
+        "parse_valid_rate": report["backends"]["b"]["parse_valid_rate"],
+    }
 
 
 def main() -> None:
@@ -65,19 +77,31 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    policy = LMPolicy.from_spec(args.policy, sampling=SamplingConfig(temperature=0.0, max_new_tokens=args.max_new_tokens, seed=0))
+    policy = LMPolicy.from_spec(
+        args.policy, sampling=SamplingConfig(temperature=0.0, max_new_tokens=args.max_new_tokens, seed=0)
+    )
     run(policy, argparse.Namespace(**{**vars(args), "episodes": 1}), "prompted", 1)  # warm-up, not reported
-    rows = [run(policy, args, "prompted", 1), run(policy, args, "prompted", args.episodes), run(policy, args, "inline", args.episodes)]
+    rows = [
+        run(policy, args, "prompted", 1),
+        run(policy, args, "prompted", args.episodes),
+        run(policy, args, "inline", args.episodes),
+    ]
     single, batched, inline = rows
-    ratios = {"batched_over_single": round(batched["calls_per_s"] / single["calls_per_s"], 2),
-              "inline_over_prompted": round(inline["calls_per_s"] / batched["calls_per_s"], 2)}
+    ratios = {
+        "batched_over_single": round(batched["calls_per_s"] / single["calls_per_s"], 2),
+        "inline_over_prompted": round(inline["calls_per_s"] / batched["calls_per_s"], 2),
+    }
     if args.json:
         print(json.dumps({"policy": args.policy, "episodes": args.episodes, "rows": rows, "ratios": ratios}))
         return
     print(f"{'mode':10} {'batch':>5} {'calls':>6} {'seconds':>8} {'calls/s':>8} {'tok/s':>7} {'parse-valid':>11}")
     for r in rows:
-        print(f"{r['mode']:10} {r['batch_size']:>5} {r['calls']:>6} {r['seconds']:>8} {r['calls_per_s']:>8} {r['tokens_per_s']:>7} {r['parse_valid_rate']:>11.0%}")
-    print(f"batched / one-by-one: {ratios['batched_over_single']}x   inline / prompted: {ratios['inline_over_prompted']}x")
+        print(
+            f"{r['mode']:10} {r['batch_size']:>5} {r['calls']:>6} {r['seconds']:>8} {r['calls_per_s']:>8} {r['tokens_per_s']:>7} {r['parse_valid_rate']:>11.0%}"
+        )
+    print(
+        f"batched / one-by-one: {ratios['batched_over_single']}x   inline / prompted: {ratios['inline_over_prompted']}x"
+    )
 
 
 if __name__ == "__main__":

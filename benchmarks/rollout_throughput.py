@@ -56,9 +56,15 @@ def naive(policy: LMPolicy, task_ids: list[str], args) -> tuple[int, float]:
         while not done:
             ids = torch.tensor([policy.chat.encode(policy.prompt_text(info["messages"], info["tools"]))])
             with torch.inference_mode(), autocast(policy):
-                out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
-                                     do_sample=False, eos_token_id=stop, pad_token_id=policy.engine.pad_id)
-            new = out[0, ids.shape[1]:].tolist()
+                out = model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=args.max_new_tokens,
+                    do_sample=False,
+                    eos_token_id=stop,
+                    pad_token_id=policy.engine.pad_id,
+                )
+            new = out[0, ids.shape[1] :].tolist()
             tokens += len(new)
             text = tok.decode(new[:-1] if new and new[-1] in stop else new)
             _, _, term, trunc, info = env.step(text)
@@ -77,8 +83,13 @@ def raw(policy: LMPolicy, task_ids: list[str], new_per_row: int, args) -> tuple[
     batch = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     start = time.perf_counter()
     with torch.inference_mode(), autocast(policy):
-        out = policy.model.generate(**batch, max_new_tokens=new_per_row, min_new_tokens=new_per_row, do_sample=False,
-                                    pad_token_id=policy.engine.pad_id)
+        out = policy.model.generate(
+            **batch,
+            max_new_tokens=new_per_row,
+            min_new_tokens=new_per_row,
+            do_sample=False,
+            pad_token_id=policy.engine.pad_id,
+        )
     elapsed = time.perf_counter() - start
     return (out.shape[1] - batch["input_ids"].shape[1]) * len(prompts), elapsed
 
@@ -97,7 +108,9 @@ def main() -> None:
     policy = LMPolicy.from_spec(args.policy, sampling=sampling)
     pool = make_envs(1, args.suite, args.max_turns)[0].unwrapped.pool
     rows = []
-    print(f"model={args.policy} bf16={policy.engine.bf16} max_new_tokens={args.max_new_tokens} max_turns={args.max_turns} threads={torch.get_num_threads()}")
+    print(
+        f"model={args.policy} bf16={policy.engine.bf16} max_new_tokens={args.max_new_tokens} max_turns={args.max_turns} threads={torch.get_num_threads()}"
+    )
     for n in args.envs:
         task_ids = [t.id for t in pool[:n]]
         ours(policy, task_ids[:2], args)  # warm-up (allocator, kernels)
@@ -106,16 +119,25 @@ def main() -> None:
         r_tok, r_s = raw(policy, task_ids, max(1, round(o_tok / n)), args)
         row = {
             "envs": n,
-            "ours_tokens": o_tok, "ours_s": round(o_s, 1), "ours_tok_s": round(o_tok / o_s, 1),
-            "naive_tokens": n_tok, "naive_s": round(n_s, 1), "naive_tok_s": round(n_tok / n_s, 1),
-            "raw_tokens": r_tok, "raw_s": round(r_s, 1), "raw_tok_s": round(r_tok / r_s, 1),
+            "ours_tokens": o_tok,
+            "ours_s": round(o_s, 1),
+            "ours_tok_s": round(o_tok / o_s, 1),
+            "naive_tokens": n_tok,
+            "naive_s": round(n_s, 1),
+            "naive_tok_s": round(n_tok / n_s, 1),
+            "raw_tokens": r_tok,
+            "raw_s": round(r_s, 1),
+            "raw_tok_s": round(r_tok / r_s, 1),
         }
         row["ours_vs_naive"] = round(row["ours_tok_s"] / row["naive_tok_s"], 2)
         row["ours_vs_raw"] = round(row["ours_tok_s"] / row["raw_tok_s"], 2)
         rows.append(row)
-        print(f"{n:>3} envs | ours {row['ours_tok_s']:>6} tok/s ({o_tok} tok, {row['ours_s']}s) | naive {row['naive_tok_s']:>6} tok/s "
-              f"({n_tok} tok, {row['naive_s']}s) | raw generate {row['raw_tok_s']:>6} tok/s | ours/naive {row['ours_vs_naive']}x "
-              f"(target >= 4 at 16) | ours/raw {row['ours_vs_raw']} (target >= 0.7)", flush=True)
+        print(
+            f"{n:>3} envs | ours {row['ours_tok_s']:>6} tok/s ({o_tok} tok, {row['ours_s']}s) | naive {row['naive_tok_s']:>6} tok/s "
+            f"({n_tok} tok, {row['naive_s']}s) | raw generate {row['raw_tok_s']:>6} tok/s | ours/naive {row['ours_vs_naive']}x "
+            f"(target >= 4 at 16) | ours/raw {row['ours_vs_raw']} (target >= 0.7)",
+            flush=True,
+        )
     if args.json:
         print(json.dumps(rows))
 

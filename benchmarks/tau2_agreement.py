@@ -35,7 +35,6 @@ from envace_gym.envs.tau2.official import evaluate_with_tau2
 from envace_gym.envs.tau2.perturb import PERTURBATIONS, perturbations
 from envace_gym.envs.tau2.scoring import score_log
 from envace_gym.envs.tau2.tasks import build_task
-
 from envace_gym.tasks import TaskSuite
 
 VARIANTS = ("gold",) + PERTURBATIONS
@@ -50,22 +49,32 @@ def run_domain(domain: str, split: str, limit: int | None, replay: bool) -> dict
     for task in chosen:
         plans = {"gold": None, **perturbations(domain, task, all_tasks)}
         for variant, actions in plans.items():
-            episodes.append((task, variant, build_task(domain, task, splits[task.id], actions, id_suffix=f"~{variant}")))
+            episodes.append(
+                (task, variant, build_task(domain, task, splits[task.id], actions, id_suffix=f"~{variant}"))
+            )
     env = Tau2Env(domain=domain, split=None, tasks=TaskSuite([e[2] for e in episodes], f"tau2/{domain}~agreement"))
     oracle = OraclePolicy(env.suite)
     rows = []
     for task, variant, ours in episodes:
         info = play_episode(env, oracle, ours.id)
         ours_reward = float(bool(info.get("success")))
-        row = {"task": task.id, "variant": variant, "ours": ours_reward, "ours_components": info.get("reward_components", {}),
-               "termination": env.log.termination}
+        row = {
+            "task": task.id,
+            "variant": variant,
+            "ours": ours_reward,
+            "ours_components": info.get("reward_components", {}),
+            "termination": env.log.termination,
+        }
         try:
             reward_info = evaluate_with_tau2(domain, ours.metadata["tau2"]["task"], env.log)
         except Exception as exc:  # noqa: BLE001 - tau2's runner scores such a sample 0 (--skip-failed-samples)
             row.update(tau2=0.0, tau2_breakdown={}, tau2_error=f"{type(exc).__name__}: {exc}")
         else:
             breakdown = reward_info.reward_breakdown or {}
-            row.update(tau2=float(reward_info.reward), tau2_breakdown={getattr(k, "value", str(k)): v for k, v in breakdown.items()})
+            row.update(
+                tau2=float(reward_info.reward),
+                tau2_breakdown={getattr(k, "value", str(k)): v for k, v in breakdown.items()},
+            )
         if replay:
             row["ours_replay"] = score_log(domain, ours.metadata["tau2"]["task"], env.log).reward
         rows.append(row)
@@ -93,14 +102,17 @@ def summarise(domain: str, result: dict[str, Any]) -> dict[str, Any]:
                 "reward_1_ours": sum(r["ours"] == 1.0 for r in by_variant[v]),
                 "reward_1_tau2": sum(r["tau2"] == 1.0 for r in by_variant[v]),
             }
-            for v in VARIANTS if by_variant[v]
+            for v in VARIANTS
+            if by_variant[v]
         },
         "disagreements": [r for r in rows if r["ours"] != r["tau2"]],
         "tau2_errors": [r for r in rows if "tau2_error" in r],
     }
     if any("ours_replay" in r for r in rows):
         out["replay_agree"] = sum(r["ours_replay"] == r["tau2"] for r in rows)
-        out["disagreements"] += [dict(r, path="replay") for r in rows if r["ours_replay"] != r["tau2"] and r["ours"] == r["tau2"]]
+        out["disagreements"] += [
+            dict(r, path="replay") for r in rows if r["ours_replay"] != r["tau2"] and r["ours"] == r["tau2"]
+        ]
     return out
 
 
@@ -109,29 +121,41 @@ def print_table(summaries: list[dict[str, Any]], total_seconds: float) -> None:
     for s in summaries:
         for v, c in s["variants"].items():
             rate = 100 * c["agree"] / c["episodes"]
-            print(f"{s['domain']:<9}{v:<16}{c['episodes']:>9}{c['agree']:>7}{rate:>8.1f}%{c['reward_1_ours']:>8}{c['reward_1_tau2']:>8}")
+            print(
+                f"{s['domain']:<9}{v:<16}{c['episodes']:>9}{c['agree']:>7}{rate:>8.1f}%{c['reward_1_ours']:>8}{c['reward_1_tau2']:>8}"
+            )
         rate = f"{100 * s['agreement']:.1f}%" if s["agreement"] is not None else "-"
         ours1 = sum(c["reward_1_ours"] for c in s["variants"].values())
         tau1 = sum(c["reward_1_tau2"] for c in s["variants"].values())
-        print(f"{s['domain']:<9}{'ALL (' + str(s['tasks']) + ' tasks)':<16}{s['episodes']:>9}{s['agree']:>7}{rate:>9}{ours1:>8}{tau1:>8}{s['seconds']:>8.1f}s")
+        print(
+            f"{s['domain']:<9}{'ALL (' + str(s['tasks']) + ' tasks)':<16}{s['episodes']:>9}{s['agree']:>7}{rate:>9}{ours1:>8}{tau1:>8}{s['seconds']:>8.1f}s"
+        )
         if "replay_agree" in s:
-            print(f"{s['domain']:<9}{'replay path':<16}{s['episodes']:>9}{s['replay_agree']:>7}{100 * s['replay_agree'] / s['episodes']:>8.1f}%")
+            print(
+                f"{s['domain']:<9}{'replay path':<16}{s['episodes']:>9}{s['replay_agree']:>7}{100 * s['replay_agree'] / s['episodes']:>8.1f}%"
+            )
     n = sum(s["episodes"] for s in summaries)
     a = sum(s["agree"] for s in summaries)
     print(f"all domains: {a}/{n} episodes agree ({100 * a / n:.1f}%) in {total_seconds:.1f}s" if n else "no episodes")
     for s in summaries:
         for e in s["tau2_errors"]:
-            print(f"TAU2 RAISED {s['domain']} task={e['task']} variant={e['variant']} ours={e['ours']} ({e['tau2_error']}); "
-                  "counted as tau2 reward 0, as its runner does with --skip-failed-samples")
+            print(
+                f"TAU2 RAISED {s['domain']} task={e['task']} variant={e['variant']} ours={e['ours']} ({e['tau2_error']}); "
+                "counted as tau2 reward 0, as its runner does with --skip-failed-samples"
+            )
         for d in s["disagreements"]:
-            print(f"DISAGREE {s['domain']} task={d['task']} variant={d['variant']} ours={d['ours']} tau2={d['tau2']} "
-                  f"ours={d['ours_components']} tau2={d['tau2_breakdown']} termination={d['termination']}")
+            print(
+                f"DISAGREE {s['domain']} task={d['task']} variant={d['variant']} ours={d['ours']} tau2={d['tau2']} "
+                f"ours={d['ours_components']} tau2={d['tau2_breakdown']} termination={d['termination']}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--domains", default=",".join(DOMAINS), help=f"comma-separated, from {', '.join(DOMAINS)}")
-    parser.add_argument("--split", default="test", choices=("all", "train", "test"), help="tau2 task split (default: test)")
+    parser.add_argument(
+        "--split", default="test", choices=("all", "train", "test"), help="tau2 task split (default: test)"
+    )
     parser.add_argument("--limit", type=int, default=None, help="at most N tasks per domain")
     parser.add_argument("--replay", action="store_true", help="also score by replay on a fresh environment")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from .backends import Backend, PythonBackend, ReplayBackend, ToolResult, Toolkit, make_backend, register_backend, tool
+from .backends import Backend, PythonBackend, ReplayBackend, Toolkit, ToolResult, make_backend, register_backend, tool
 from .calls import CallError, ErrorCode, ParsedAction, ToolCall, format_calls, parse_calls
 from .rehearsal import ImagineRequest, SelfRehearsalEnv
 from .suites import load_suite, register_suite, suite_names
@@ -48,6 +48,7 @@ def _register_benchmarks() -> None:
 
 
 _register_benchmarks()
+
 
 def __getattr__(name: str):
     # `envace_gym.agents.LMPolicy` works after a plain `import envace_gym`, without the core importing

@@ -7,7 +7,8 @@ never import an arbitrary module.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 

@@ -17,9 +17,10 @@ import ast
 import json
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 __all__ = [
     "ErrorCode",
@@ -200,9 +201,7 @@ def _call_from_obj(obj: Any) -> tuple[ToolCall | None, CallError | None]:
     if args is None:
         args = {}
     if not isinstance(args, dict):
-        return None, _format_error(
-            f"arguments of {name!r} must be a JSON object, got {type(args).__name__}", name
-        )
+        return None, _format_error(f"arguments of {name!r} must be a JSON object, got {type(args).__name__}", name)
     if not _is_json_value(args):
         return None, _format_error(f"arguments of {name!r} contain non-JSON values", name)
     return ToolCall(name.strip(), args, obj.get("id") if isinstance(obj.get("id"), str) else None), None
@@ -306,8 +305,7 @@ def format_calls(calls: Iterable[ToolCall], style: str = "tool_call") -> str:
     calls = list(calls)
     if style == "tool_call":
         return "\n".join(
-            f"{_OPEN_TAG}\n{_json_for_tags({'name': c.name, 'arguments': c.arguments})}\n{_CLOSE_TAG}"
-            for c in calls
+            f"{_OPEN_TAG}\n{_json_for_tags({'name': c.name, 'arguments': c.arguments})}\n{_CLOSE_TAG}" for c in calls
         )
     if style == "json":
         return _json_for_tags([{"name": c.name, "arguments": c.arguments} for c in calls])

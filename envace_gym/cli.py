@@ -8,8 +8,9 @@ import os
 import random
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 
@@ -42,7 +43,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         try:
             suite = load_suite(name)
         except Exception as exc:  # a benchmark whose upstream package is missing must not hide the others
-            rows.append({"suite": name, "domains": [], "tasks": 0, "splits": {}, "error": f"{type(exc).__name__}: {exc}"})
+            rows.append(
+                {"suite": name, "domains": [], "tasks": 0, "splits": {}, "error": f"{type(exc).__name__}: {exc}"}
+            )
             continue
         sizes = {split: len(suite.filter(split=split)) for split in suite.splits}
         rows.append({"suite": name, "domains": suite.domains, "tasks": len(suite), "splits": sizes})
@@ -55,7 +58,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     for col in ("suite", "domains", "tasks", "splits"):
         table.add_column(col)
     for r in rows:
-        splits = ", ".join(f"{k}={v}" for k, v in r["splits"].items()) or f"[red]unavailable: {r.get('error', '')}[/red]"
+        splits = (
+            ", ".join(f"{k}={v}" for k, v in r["splits"].items()) or f"[red]unavailable: {r.get('error', '')}[/red]"
+        )
         table.add_row(r["suite"], ", ".join(r["domains"]), str(r["tasks"]), splits)
     console.print(table)
     return 0
@@ -69,7 +74,9 @@ def _backend_arg(value: str) -> str:
     kind = value.partition(":")[0]
     if value in ("real", *IMAGINED_BACKENDS) or (kind in ("replay", "cache", "mcp") and value.partition(":")[2]):
         return value
-    raise argparse.ArgumentTypeError(f"unknown backend {value!r}; use real, self, self-inline, simulator, replay:PATH, cache:PATH or mcp:COMMAND")
+    raise argparse.ArgumentTypeError(
+        f"unknown backend {value!r}; use real, self, self-inline, simulator, replay:PATH, cache:PATH or mcp:COMMAND"
+    )
 
 
 def _make_env(args: argparse.Namespace, imaginer: Any = None) -> gym.Env:
@@ -97,8 +104,10 @@ def _imaginer(args: argparse.Namespace, actor: Any) -> Any:
     """Who imagines tool results: the actor itself (``self``) or a separate frozen model (``simulator``)."""
     if args.backend in ("self", "self-inline"):
         if actor is None:
-            raise UserError(f"--backend {args.backend} needs an LM policy (it imagines its own tool results); "
-                            "for a scripted actor use --backend simulator --simulator SPEC")
+            raise UserError(
+                f"--backend {args.backend} needs an LM policy (it imagines its own tool results); "
+                "for a scripted actor use --backend simulator --simulator SPEC"
+            )
         return actor
     if args.backend == "simulator":
         return _load_lm(args.simulator, args)
@@ -108,7 +117,9 @@ def _imaginer(args: argparse.Namespace, actor: Any) -> Any:
 def _lm_sampling(args: argparse.Namespace):
     from envace_gym.agents.engine import SamplingConfig
 
-    return SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    return SamplingConfig(
+        temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
+    )
 
 
 def _load_lm(spec: str, args: argparse.Namespace):
@@ -127,7 +138,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     is_lm = args.policy in LM_POLICIES or args.policy.partition(":")[0] in LM_POLICY_KINDS
     if args.policy not in SCRIPTED_POLICIES and not is_lm:
-        raise UserError(f"unknown policy {args.policy!r}; choose from {', '.join(SCRIPTED_POLICIES + LM_POLICIES)} or ckpt:DIR, hf:PATH, gguf:PATH")
+        raise UserError(
+            f"unknown policy {args.policy!r}; choose from {', '.join(SCRIPTED_POLICIES + LM_POLICIES)} or ckpt:DIR, hf:PATH, gguf:PATH"
+        )
     lm = _load_lm(args.policy, args) if is_lm else None
     imaginer = _imaginer(args, lm)
     env = _make_env(args, imaginer)
@@ -135,7 +148,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     episodes = args.episodes or len(pool)
     if args.policy in SCRIPTED_POLICIES:
         policy = make_scripted_policy(args.policy, env.unwrapped.suite, seed=args.seed)
-        report = evaluate(env, policy, episodes, seed=args.seed, progress=not args.no_progress, desc=f"eval {args.policy}")
+        report = evaluate(
+            env, policy, episodes, seed=args.seed, progress=not args.no_progress, desc=f"eval {args.policy}"
+        )
         trajectories = None
     else:
         from envace_gym.agents.rollout import collect, save_trajectories
@@ -144,13 +159,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
         order = list(range(len(pool)))
         random.Random(args.seed).shuffle(order)
         task_ids = [pool[order[i % len(order)]].id for i in range(episodes)]
-        trajectories = collect(envs, lm, episodes, task_ids=task_ids, seed=args.seed, progress=not args.no_progress, desc=f"eval {args.policy}")
+        trajectories = collect(
+            envs,
+            lm,
+            episodes,
+            task_ids=task_ids,
+            seed=args.seed,
+            progress=not args.no_progress,
+            desc=f"eval {args.policy}",
+        )
         report = EvalReport([t.to_result() for t in trajectories])
         for extra in envs[1:]:
             extra.close()
     env.close()  # stops what backends started (MCP servers)
-    summary = {"env": args.env, "suite": env.unwrapped.suite.name, "split": args.split, "policy": args.policy,
-               "backend": args.backend, "seed": args.seed, **report.summary()}
+    summary = {
+        "env": args.env,
+        "suite": env.unwrapped.suite.name,
+        "split": args.split,
+        "policy": args.policy,
+        "backend": args.backend,
+        "seed": args.seed,
+        **report.summary(),
+    }
     if args.out:
         report.save(args.out)
         if trajectories is not None:
@@ -171,13 +201,26 @@ def cmd_sft(args: argparse.Namespace) -> int:
     args.split = "train"
     env = _make_env(args)
     policy = _load_lm(args.policy, args)
-    cfg = SFTConfig(steps=args.steps or None, minutes=args.minutes or None, lr=args.lr, batch_size=args.batch_size,
-                    lora=args.lora, seed=args.seed, max_examples=args.max_examples or None)
+    cfg = SFTConfig(
+        steps=args.steps or None,
+        minutes=args.minutes or None,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        lora=args.lora,
+        seed=args.seed,
+        max_examples=args.max_examples or None,
+    )
     roles = [r.strip() for r in args.roles.split(",") if r.strip()]
-    examples = build_sft_examples(env, policy, cfg.max_examples, seed=args.seed, progress=not args.no_progress, roles=roles)
+    examples = build_sft_examples(
+        env, policy, cfg.max_examples, seed=args.seed, progress=not args.no_progress, roles=roles
+    )
     summary = train_sft(policy, examples, cfg, args.out, progress=not args.no_progress)
     summary["out"] = args.out
-    print(json.dumps(summary) if args.json else f"saved checkpoint to {args.out} (load it with --policy ckpt:{args.out}): {summary}")
+    print(
+        json.dumps(summary)
+        if args.json
+        else f"saved checkpoint to {args.out} (load it with --policy ckpt:{args.out}): {summary}"
+    )
     return 0
 
 
@@ -188,7 +231,9 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = set(backends) - set(IMAGINED_BACKENDS)
     if unknown or not backends:
-        raise UserError(f"--backends takes a comma-separated list of {', '.join(IMAGINED_BACKENDS)}; got {args.backends!r}")
+        raise UserError(
+            f"--backends takes a comma-separated list of {', '.join(IMAGINED_BACKENDS)}; got {args.backends!r}"
+        )
     if args.simulator and "simulator" not in backends:
         backends.append("simulator")
     policy = _load_lm(args.policy, args)
@@ -198,8 +243,15 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
             imaginers[name] = _load_lm(args.simulator or "default", args)
         else:
             imaginers[name] = (policy, "inline" if name == "self-inline" else "prompted")
-    report = fidelity_report(lambda: _make_env(args), imaginers, args.episodes, seed=args.seed,
-                             progress=not args.no_progress, grounding=args.grounding, batch_size=args.batch_size)
+    report = fidelity_report(
+        lambda: _make_env(args),
+        imaginers,
+        args.episodes,
+        seed=args.seed,
+        progress=not args.no_progress,
+        grounding=args.grounding,
+        batch_size=args.batch_size,
+    )
     report.update({"policy": args.policy, "simulator": args.simulator or None, "split": args.split})
     out = Path(args.out or f"runs/fidelity-{time.strftime('%Y%m%d-%H%M%S')}")
     save_report(report, out)
@@ -217,7 +269,9 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from envace_gym.agents.demo import DemoConfig, run_demo
 
-    run_demo(DemoConfig(policy=args.policy, minutes=args.minutes, episodes=args.episodes, out_root=args.out, seed=args.seed))
+    run_demo(
+        DemoConfig(policy=args.policy, minutes=args.minutes, episodes=args.episodes, out_root=args.out, seed=args.seed)
+    )
     return 0
 
 
@@ -233,8 +287,14 @@ def _print_summary(summary: dict[str, Any]) -> None:
         table.add_column(col, justify="right" if col != "domain" else "left")
     rows = [*summary["by_domain"].items(), ("all", summary)]
     for name, s in rows:
-        table.add_row(name, str(s["episodes"]), pct(s["success_rate"]), f"{s['mean_reward']:.3f}",
-                      pct(s["valid_call_rate"]), f"{s['mean_turns']:.1f}")
+        table.add_row(
+            name,
+            str(s["episodes"]),
+            pct(s["success_rate"]),
+            f"{s['mean_reward']:.3f}",
+            pct(s["valid_call_rate"]),
+            f"{s['mean_turns']:.1f}",
+        )
     Console().print(table)
     if "out" in summary:
         Console().print(f"episodes written to {summary['out']}/episodes.jsonl")
@@ -242,7 +302,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def _add_benchmark_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--category", default=None, help="BFCL category for --env EnvACE-BFCL-v0 (e.g. multi_turn_base)")
-    p.add_argument("--domain", default=None, help="tau2 domain for --env EnvACE-Tau2-v0 (airline, retail, telecom, mock)")
+    p.add_argument(
+        "--domain", default=None, help="tau2 domain for --env EnvACE-Tau2-v0 (airline, retail, telecom, mock)"
+    )
 
 
 def _add_lm_args(p: argparse.ArgumentParser) -> None:
@@ -264,10 +326,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument("--suite", default=None, help="suite name (see `envace list`) or a .jsonl task file")
     _add_benchmark_args(p_eval)
     p_eval.add_argument("--split", default="test", help="task split to draw from (default: test)")
-    p_eval.add_argument("--policy", default="oracle", help="oracle | random | noop | default | tiny | ckpt:DIR | hf:PATH | gguf:PATH")
-    p_eval.add_argument("--backend", default="real", type=_backend_arg,
-                        help="real | self (the LM policy imagines results from a simulator prompt) | self-inline (it writes them "
-                             "inside its own context) | simulator (a separate model does) | replay:PATH | cache:PATH | mcp:COMMAND")
+    p_eval.add_argument(
+        "--policy", default="oracle", help="oracle | random | noop | default | tiny | ckpt:DIR | hf:PATH | gguf:PATH"
+    )
+    p_eval.add_argument(
+        "--backend",
+        default="real",
+        type=_backend_arg,
+        help="real | self (the LM policy imagines results from a simulator prompt) | self-inline (it writes them "
+        "inside its own context) | simulator (a separate model does) | replay:PATH | cache:PATH | mcp:COMMAND",
+    )
     p_eval.add_argument("--simulator", default="default", help="the env-role model for --backend simulator")
     p_eval.add_argument("--episodes", type=int, default=0, help="episodes to run (default: every task once)")
     p_eval.add_argument("--seed", type=int, default=0)
@@ -306,13 +374,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_benchmark_args(p_fid)
     p_fid.add_argument("--split", default="test")
     p_fid.add_argument("--policy", default="default", help="the model whose env role is measured (backend self)")
-    p_fid.add_argument("--backends", default="self,self-inline",
-                       help="imagined backends to measure: self (prompted), self-inline, simulator (comma-separated)")
+    p_fid.add_argument(
+        "--backends",
+        default="self,self-inline",
+        help="imagined backends to measure: self (prompted), self-inline, simulator (comma-separated)",
+    )
     p_fid.add_argument("--simulator", default="", help="the separate simulator model (adds backend simulator)")
     p_fid.add_argument("--episodes", type=int, default=20)
-    p_fid.add_argument("--grounding", default="reference", choices=["reference", "none"],
-                       help="few-shot examples from the reference trajectory in the simulator prompt, or none")
-    p_fid.add_argument("--batch-size", type=int, default=8, help="episodes played at once (their env-role calls are batched)")
+    p_fid.add_argument(
+        "--grounding",
+        default="reference",
+        choices=["reference", "none"],
+        help="few-shot examples from the reference trajectory in the simulator prompt, or none",
+    )
+    p_fid.add_argument(
+        "--batch-size", type=int, default=8, help="episodes played at once (their env-role calls are batched)"
+    )
     p_fid.add_argument("--seed", type=int, default=0)
     p_fid.add_argument("--max-turns", type=int, default=0)
     p_fid.add_argument("--out", default=None, help="folder for fidelity.json and fidelity.png")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 
@@ -80,12 +81,22 @@ class ToolCallEnv(gym.Env[str, str]):
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
-        if isinstance(backend, str) and backend != "real" and backend.partition(":")[0] not in ("replay", "cache", "mcp"):
+        if (
+            isinstance(backend, str)
+            and backend != "real"
+            and backend.partition(":")[0] not in ("replay", "cache", "mcp")
+        ):
             raise ValueError(
                 f"unknown backend {backend!r}; use 'real', 'replay:PATH', 'cache:PATH', 'mcp:COMMAND' or a callable task -> Backend "
                 "(imagined results: wrap the env in envace_gym.SelfRehearsalEnv)"
             )
-        self.suite = tasks if isinstance(tasks, TaskSuite) else TaskSuite(tasks, "custom") if tasks is not None else load_suite(suite)
+        self.suite = (
+            tasks
+            if isinstance(tasks, TaskSuite)
+            else TaskSuite(tasks, "custom")
+            if tasks is not None
+            else load_suite(suite)
+        )
         self.split = split
         self.pool = self._pool(self.suite, split)
         self.backend_spec = backend
@@ -215,7 +226,11 @@ class ToolCallEnv(gym.Env[str, str]):
         suite = load_suite(options["suite"]) if "suite" in options else self.suite
         if "task_id" in options:
             return suite.get(options["task_id"])
-        pool = self._pool(suite, options.get("split", self.split)) if ("suite" in options or "split" in options) else self.pool
+        pool = (
+            self._pool(suite, options.get("split", self.split))
+            if ("suite" in options or "split" in options)
+            else self.pool
+        )
         return pool[int(self.np_random.integers(len(pool)))]
 
     def _backend_for(self, task: Task) -> Backend:
@@ -258,14 +273,21 @@ class ToolCallEnv(gym.Env[str, str]):
         assert self.backend is not None
         shown: list[str] = []
         for err in errors:  # format problems: no call to run, but the agent is told what was wrong
-            content = clip(json.dumps({"error": {"code": err.code.value, "message": err.message}}, ensure_ascii=False), self.max_result_chars)
-            self.messages.append({"role": "tool", "tool_call_id": self._next_call_id(), "name": err.tool or "", "content": content})
+            content = clip(
+                json.dumps({"error": {"code": err.code.value, "message": err.message}}, ensure_ascii=False),
+                self.max_result_chars,
+            )
+            self.messages.append(
+                {"role": "tool", "tool_call_id": self._next_call_id(), "name": err.tool or "", "content": content}
+            )
             shown.append(content)
         for call in calls:
             try:
                 result = self.backend.execute(call)
             except Exception as exc:  # a backend must not raise; contain one that does
-                result = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, f"backend error: {type(exc).__name__}: {exc}")
+                result = ToolResult.failure(
+                    call, ErrorCode.TOOL_EXECUTION_ERROR, f"backend error: {type(exc).__name__}: {exc}"
+                )
             results.append(result)
             if result.ok:
                 self._record.calls.append(ToolCall(call.name, call.arguments))

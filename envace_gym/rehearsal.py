@@ -20,8 +20,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import gymnasium as gym
 
@@ -121,7 +122,10 @@ def build_simulator_prompt(
         "## Conversation so far\n" + _transcript(history),
         "## The assistant's last message\n" + raw,
         "## Tool call to simulate\n"
-        + json.dumps({"name": call.name, "schema": spec.to_openai()["function"] if spec else None, "arguments": call.arguments}, ensure_ascii=False),
+        + json.dumps(
+            {"name": call.name, "schema": spec.to_openai()["function"] if spec else None, "arguments": call.arguments},
+            ensure_ascii=False,
+        ),
     ]
     return [{"role": "system", "content": SIMULATOR_SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
 
@@ -218,7 +222,9 @@ class ImaginedBackend:
         if error is not None:
             return ToolResult(call, None, error)
         if self.failed and self.end_on_failure:  # the episode ends after this step: imagine nothing more
-            return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, "not run: an earlier imagined result was unusable")
+            return ToolResult.failure(
+                call, ErrorCode.TOOL_EXECUTION_ERROR, "not run: an earlier imagined result was unusable"
+            )
         request = self._request(call)
         try:
             gen = self.imaginer.imagine(request)
@@ -253,8 +259,11 @@ class ImaginedBackend:
         if self.mode == "inline":
             if sample["prompt_ids"] and sample["prompt_text"]:  # the next call of this step continues from here
                 key = self.context.key if self.context else None
-                self.context = ActorContext(sample["prompt_ids"] + sample["completion_ids"],
-                                            sample["prompt_text"] + sample["completion_text"], key)
+                self.context = ActorContext(
+                    sample["prompt_ids"] + sample["completion_ids"],
+                    sample["prompt_text"] + sample["completion_text"],
+                    key,
+                )
             return ToolResult(call, value, text=text)
         return ToolResult(call, value)
 
@@ -265,9 +274,14 @@ class ImaginedBackend:
             return ImagineRequest(prompt, call.name, call.arguments)
         ctx = self.context
         return ImagineRequest(
-            list(self.messages()), call.name, call.arguments, key=ctx.key if ctx else None, mode="inline",
+            list(self.messages()),
+            call.name,
+            call.arguments,
+            key=ctx.key if ctx else None,
+            mode="inline",
             tools=list(self.task.tools) or [s.to_openai() for s in self.tools],
-            context_ids=list(ctx.ids) if ctx else None, context_text=ctx.text if ctx else None,
+            context_ids=list(ctx.ids) if ctx else None,
+            context_text=ctx.text if ctx else None,
         )
 
     def state(self) -> dict[str, Any]:
@@ -335,8 +349,15 @@ class SelfRehearsalEnv(gym.Wrapper):
     valid flag) so a trainer can treat them as their own RL samples.
     """
 
-    def __init__(self, env: gym.Env, policy: Imaginer, mode: str = "prompted", grounding: str = "reference",
-                 on_invalid: str = "end", max_result_chars: int = 16_384) -> None:
+    def __init__(
+        self,
+        env: gym.Env,
+        policy: Imaginer,
+        mode: str = "prompted",
+        grounding: str = "reference",
+        on_invalid: str = "end",
+        max_result_chars: int = 16_384,
+    ) -> None:
         super().__init__(env)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -348,8 +369,14 @@ class SelfRehearsalEnv(gym.Wrapper):
         base = env.unwrapped
         # An inline result becomes the message verbatim, so it must fit without the env clipping it.
         limit = min(max_result_chars, base.max_result_chars) if mode == "inline" else max_result_chars
-        self.imagined = ImaginedBackend(policy, lambda: base.messages, grounding, limit,
-                                        real_backend=lambda task: base.real_backend_for(task), mode=mode)
+        self.imagined = ImaginedBackend(
+            policy,
+            lambda: base.messages,
+            grounding,
+            limit,
+            real_backend=lambda task: base.real_backend_for(task),
+            mode=mode,
+        )
         self.imagined.end_on_failure = on_invalid == "end"
         base.backend_spec = lambda task: self.imagined
 

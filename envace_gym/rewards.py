@@ -7,8 +7,9 @@ product, so reward 1.0 means success. Components are reported separately in ``in
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from .calls import ToolCall
 from .tasks import Task
@@ -80,7 +81,7 @@ def values_match(value: Any, allowed: Any) -> bool:
 
 
 def _call_fits(call: ToolCall, expected: Mapping[str, Mapping[str, list[Any]]]) -> bool:
-    (name, args), = expected.items()
+    ((name, args),) = expected.items()
     if call.name != name:
         return False
     for arg in call.arguments:
@@ -188,9 +189,10 @@ def score_episode(
         elif basis == "answer_match":
             components[basis] = answer_match(record.turn_answers, task)
         else:
-            raise ValueError(f"task {task.id!r}: reward basis {basis!r} is scored by its benchmark's env, not by score_episode")
+            raise ValueError(
+                f"task {task.id!r}: reward basis {basis!r} is scored by its benchmark's env, not by score_episode"
+            )
     reward = 1.0
     for value in components.values():
         reward *= value
     return reward, components
-

@@ -5,9 +5,9 @@ A suite may also be given as a path to a ``.jsonl`` task file.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import Callable
 
 from ._registry import Registry
 from .tasks import TaskSuite
@@ -27,7 +27,7 @@ def suite_names() -> list[str]:
     return _SUITES.names()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_registered(name: str) -> TaskSuite:
     return _SUITES.make(name)
 

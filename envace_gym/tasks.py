@@ -9,17 +9,27 @@ imagined tool results.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from jsonschema import Draft202012Validator
 
 from .calls import ToolCall
 from .tools import SchemaError, ToolSpec
 
-__all__ = ["RefCall", "RefTurn", "Task", "TaskSuite", "TaskFormatError", "REWARD_BASES", "register_reward_basis", "reward_bases"]
+__all__ = [
+    "RefCall",
+    "RefTurn",
+    "Task",
+    "TaskSuite",
+    "TaskFormatError",
+    "REWARD_BASES",
+    "register_reward_basis",
+    "reward_bases",
+]
 
 REWARD_BASES = ("call_match", "state_match", "answer_match")
 # Bases that a benchmark's own env scores (BFCL's checker, tau2's evaluator): registered by name so that
@@ -137,7 +147,7 @@ class Task:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any) -> "Task":
+    def from_dict(cls, data: Any) -> Task:
         """Build a task from its dict form; raises :class:`TaskFormatError` naming the bad field."""
         errors = sorted(_TASK_VALIDATOR.iter_errors(data), key=lambda e: (len(e.path), list(e.path)))
         if errors:
@@ -146,7 +156,9 @@ class Task:
             raise TaskFormatError(f"field {where!r}: {err.message}")
         for i, basis in enumerate(data.get("reward", [])):
             if basis not in reward_bases():
-                raise TaskFormatError(f"field 'reward/{i}': {basis!r} is not a reward basis; use one of {list(reward_bases())}")
+                raise TaskFormatError(
+                    f"field 'reward/{i}': {basis!r} is not a reward basis; use one of {list(reward_bases())}"
+                )
         reference = tuple(
             RefTurn(
                 steps=tuple(
@@ -248,7 +260,7 @@ class TaskSuite(Sequence[Task]):
         except KeyError:
             raise KeyError(f"no task {task_id!r} in suite {self.name!r}") from None
 
-    def filter(self, split: str | None = None, domain: str | None = None) -> "TaskSuite":
+    def filter(self, split: str | None = None, domain: str | None = None) -> TaskSuite:
         """Tasks of one split and/or domain, keeping order."""
         kept = [
             t for t in self._tasks if (split is None or t.split == split) and (domain is None or t.domain == domain)
@@ -263,7 +275,7 @@ class TaskSuite(Sequence[Task]):
     def domains(self) -> list[str]:
         return sorted({t.domain for t in self._tasks})
 
-    def __add__(self, other: "TaskSuite") -> "TaskSuite":
+    def __add__(self, other: TaskSuite) -> TaskSuite:
         return TaskSuite([*self._tasks, *other._tasks], f"{self.name}+{other.name}")
 
     # ------------------------------------------------------------- JSONL
@@ -276,7 +288,7 @@ class TaskSuite(Sequence[Task]):
         return path
 
     @classmethod
-    def load_jsonl(cls, path: str | Path, name: str | None = None) -> "TaskSuite":
+    def load_jsonl(cls, path: str | Path, name: str | None = None) -> TaskSuite:
         """Read one task per line; a bad line raises ``TaskFormatError("file:line: field ...")``."""
         path = Path(path)
         if not path.exists():
@@ -289,7 +301,9 @@ class TaskSuite(Sequence[Task]):
                 try:
                     data = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise TaskFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                    raise TaskFormatError(
+                        f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+                    ) from None
                 try:
                     tasks.append(Task.from_dict(data))
                 except TaskFormatError as exc:

@@ -13,9 +13,10 @@ import json
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 import jsonschema
 from jsonschema import Draft202012Validator
@@ -52,13 +53,11 @@ class ToolSpec:
             raise SchemaError(f"tool {self.name!r}: parameters must be an object schema")
         # Compiled validators are cached on the frozen instance.
         object.__setattr__(self, "_args_validator", Draft202012Validator(self.parameters))
-        object.__setattr__(
-            self, "_returns_validator", Draft202012Validator(self.returns) if self.returns else None
-        )
+        object.__setattr__(self, "_returns_validator", Draft202012Validator(self.returns) if self.returns else None)
 
     # ----------------------------------------------------------------- constructors
     @classmethod
-    def from_openai(cls, spec: dict[str, Any]) -> "ToolSpec":
+    def from_openai(cls, spec: dict[str, Any]) -> ToolSpec:
         """From ``{"type": "function", "function": {...}}`` or the bare ``{"name", "parameters"}`` dict."""
         if not isinstance(spec, dict):
             raise SchemaError(f"tool spec must be a dict, got {type(spec).__name__}")
@@ -77,7 +76,7 @@ class ToolSpec:
         )
 
     @classmethod
-    def from_bfcl(cls, spec: dict[str, Any]) -> "ToolSpec":
+    def from_bfcl(cls, spec: dict[str, Any]) -> ToolSpec:
         """From a BFCL function doc (``dict``/``float``/``tuple``/``any`` types, dotted names allowed)."""
         if "name" not in spec:
             raise SchemaError(f"BFCL function doc has no 'name': {sorted(spec)}")
@@ -92,7 +91,7 @@ class ToolSpec:
         )
 
     @classmethod
-    def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> "ToolSpec":
+    def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> ToolSpec:
         """From a Python function's type hints and Google-style docstring (``Args:`` / ``Returns:``)."""
         sig = inspect.signature(fn)
         try:
@@ -198,7 +197,7 @@ def schema_from_annotation(tp: Any) -> dict[str, Any]:
     if origin in (typing.Union, types.UnionType):
         options = [schema_from_annotation(a) for a in args]
         return {"anyOf": options}
-    if origin in (list, typing.List, set, frozenset):
+    if origin in (list, list, set, frozenset):
         return {"type": "array", "items": schema_from_annotation(args[0])} if args else {"type": "array"}
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:

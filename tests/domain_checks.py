@@ -14,6 +14,7 @@ def reference_hash(task, make_backend):
 
 def score(task, calls, answers, final_hash, make_backend):
     """The task's reward for these successful calls, per-turn answers and final state hash."""
-    reward, _ = score_episode(task, EpisodeRecord(calls, answers, final_hash),
-                              expected_state_hash=lambda: reference_hash(task, make_backend))
+    reward, _ = score_episode(
+        task, EpisodeRecord(calls, answers, final_hash), expected_state_hash=lambda: reference_hash(task, make_backend)
+    )
     return reward

@@ -10,7 +10,11 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 
 TOOLS = [
-    types.Tool(name="echo", description="Echo.", inputSchema={"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}),
+    types.Tool(
+        name="echo",
+        description="Echo.",
+        inputSchema={"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+    ),
     types.Tool(name="die", description="Kills the server.", inputSchema={"type": "object", "properties": {}}),
     types.Tool(name="hang", description="Never answers.", inputSchema={"type": "object", "properties": {}}),
 ]
@@ -25,7 +29,10 @@ async def call_tool(ctx, params):
         os._exit(3)
     if params.name == "hang":
         time.sleep(30)
-    return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps({"x": params.arguments["x"], "pid": os.getpid()}))], isError=False)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps({"x": params.arguments["x"], "pid": os.getpid()}))],
+        isError=False,
+    )
 
 
 server = Server("flaky", on_list_tools=list_tools, on_call_tool=call_tool)

@@ -6,7 +6,6 @@ import time
 from envace_gym.backends import PythonBackend, Toolkit, register_backend, tool
 from envace_gym.tasks import RefCall, RefTurn, Task
 
-
 HANG_FINISHED = threading.Event()  # set when put_then_hang's sleep is over
 
 
@@ -76,16 +75,32 @@ def kv_task(task_id="kv-1", turns=1, reward=("call_match", "state_match", "answe
     tools = tuple(s.to_openai() for s in KVToolkit.tool_specs())
     ref = [
         RefTurn(
-            steps=((RefCall("put", {"key": "a", "value": 7}, {"stored": "a"}),), (RefCall("get", {"key": "a"}, {"key": "a", "value": 7}),)),
+            steps=(
+                (RefCall("put", {"key": "a", "value": 7}, {"stored": "a"}),),
+                (RefCall("get", {"key": "a"}, {"key": "a", "value": 7}),),
+            ),
             answer="a is 7",
             answer_contains=("7",),
         )
     ]
     user = ["Store 7 under a, then read it back."]
     if turns == 2:
-        ref.append(RefTurn(steps=((RefCall("put", {"key": "b", "value": 8}, {"stored": "b"}),),), answer="b stored: 8", answer_contains=("8",)))
+        ref.append(
+            RefTurn(
+                steps=((RefCall("put", {"key": "b", "value": 8}, {"stored": "b"}),),),
+                answer="b stored: 8",
+                answer_contains=("8",),
+            )
+        )
         user.append("Also store 8 under b.")
     return Task(
-        id=task_id, user_turns=tuple(user), tools=tools, backend="test/kv", initial_state={"data": {"z": 1}},
-        reference=tuple(ref), reward=tuple(reward), domain="kv", split="test",
+        id=task_id,
+        user_turns=tuple(user),
+        tools=tools,
+        backend="test/kv",
+        initial_state={"data": {"z": 1}},
+        reference=tuple(ref),
+        reward=tuple(reward),
+        domain="kv",
+        split="test",
     )

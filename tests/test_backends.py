@@ -1,7 +1,7 @@
+from kv_domain import HANG_FINISHED, KVToolkit, kv_task
+
 from envace_gym.backends import PythonBackend, ToolResult, tool
 from envace_gym.calls import ErrorCode, ToolCall
-
-from kv_domain import HANG_FINISHED, KVToolkit, kv_task
 
 
 def fresh(timeout=0.5):

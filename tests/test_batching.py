@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import gymnasium as gym
+from forced import ForcedTokens
 
 from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
 from envace_gym.agents import engine as engine_module
@@ -16,8 +17,6 @@ from envace_gym.agents.engine import SamplingConfig
 from envace_gym.agents.rollout import collect
 from envace_gym.agents.testing import tiny_policy
 from envace_gym.rehearsal import ImagineRequest
-
-from forced import ForcedTokens
 
 
 class RecordingBatcher:
@@ -34,8 +33,15 @@ class RecordingBatcher:
             self.batches.append(len(requests))
         if self.fail_on is not None and len(self.batches) == self.fail_on:
             raise RuntimeError("env role crashed")
-        return [SimpleNamespace(text='<execution_result>\n{"tool": "%s"}\n</execution_result>' % r.tool, token_ids=[1],
-                                logprobs=[-0.1], prompt_ids=[2]) for r in requests]
+        return [
+            SimpleNamespace(
+                text='<execution_result>\n{"tool": "%s"}\n</execution_result>' % r.tool,
+                token_ids=[1],
+                logprobs=[-0.1],
+                prompt_ids=[2],
+            )
+            for r in requests
+        ]
 
     def imagine(self, request):
         self.singles += 1
@@ -60,7 +66,9 @@ def test_batching_imaginer_answers_each_request_and_batches_concurrent_ones():
         done = step_concurrently(pool, [(lambda i=i: step(i), batcher) for i in range(n)])
     assert done == list(range(n))
     for i in range(n):
-        assert answers[i] == ['<execution_result>\n{"tool": "t%d-%d"}\n</execution_result>' % (i, j) for j in range(len(plans[i]))]
+        assert answers[i] == [
+            '<execution_result>\n{"tool": "t%d-%d"}\n</execution_result>' % (i, j) for j in range(len(plans[i]))
+        ]
     assert sum(policy.batches) == sum(len(p) for p in plans) and max(policy.batches) > 1
     assert batcher.running == 0
 
@@ -88,7 +96,10 @@ def test_collect_sends_the_env_role_of_all_envs_as_one_batch(monkeypatch):
     forced = ForcedTokens(policy, [action] * 4 * turns)
     monkeypatch.setattr(engine_module, "_sample", forced.sample)
     role = RecordingBatcher()
-    envs = [SelfRehearsalEnv(gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=turns), role) for _ in range(4)]
+    envs = [
+        SelfRehearsalEnv(gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=turns), role)
+        for _ in range(4)
+    ]
     trajs = collect(envs, policy, 4, progress=False)
     assert role.batches == [4] * turns and role.singles == 0  # one batch per step, none one by one
     assert all(len(t.env_role_samples) == turns and t.truncated for t in trajs)
@@ -116,7 +127,14 @@ def test_fidelity_batched_equals_one_by_one_for_a_greedy_model():
     reports = []
     for batch_size in (1, 4):
         sizes.clear()
-        reports.append(fidelity_report(factory, {"self": policy, "inline": (policy, "inline")}, episodes=4, progress=False,
-                                       batch_size=batch_size))
+        reports.append(
+            fidelity_report(
+                factory,
+                {"self": policy, "inline": (policy, "inline")},
+                episodes=4,
+                progress=False,
+                batch_size=batch_size,
+            )
+        )
         assert max(sizes) == batch_size
     assert reports[0] == reports[1] and reports[0]["backends"]["self"]["calls"] >= 4

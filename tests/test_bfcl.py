@@ -231,7 +231,7 @@ def test_single_turn_calls_with_dotted_names_and_python_syntax(suites):
 
 def test_miss_func_offers_held_out_tools_only_from_their_turn(suites):
     task = next(t for t in suites["multi_turn_miss_func"] if t.metadata.get("holdout"))
-    (turn, names), = task.metadata["holdout"].items()
+    ((turn, names),) = task.metadata["holdout"].items()
     env = make_env(suites, "multi_turn_miss_func")
     oracle = OraclePolicy(suites["multi_turn_miss_func"])
     oracle.reset()
@@ -305,11 +305,16 @@ def test_reference_arguments_follow_bfcl_optional_rules():
 @pytest.mark.parametrize(
     "value, kind, items, language",
     [
-        (True, "boolean", None, "java"), (42, "long", None, "java"), (2.5, "float", None, "java"),
-        ([1, 2], "Array", "integer", "java"), (["a", "b"], "ArrayList", "String", "java"),
+        (True, "boolean", None, "java"),
+        (42, "long", None, "java"),
+        (2.5, "float", None, "java"),
+        ([1, 2], "Array", "integer", "java"),
+        (["a", "b"], "ArrayList", "String", "java"),
         ({"limit": 50, "name": "x"}, "HashMap", None, "java"),
-        (7, "Bigint", None, "javascript"), (1e-05, "float", None, "javascript"),
-        (["a", "b"], "array", "String", "javascript"), ({"k": "v", "n": 3}, "dict", None, "javascript"),
+        (7, "Bigint", None, "javascript"),
+        (1e-05, "float", None, "javascript"),
+        (["a", "b"], "array", "String", "javascript"),
+        ({"k": "v", "n": 3}, "dict", None, "javascript"),
     ],
 )
 def test_host_language_literals_read_back_by_bfcls_converters(value, kind, items, language):

@@ -4,14 +4,13 @@ import json
 import posixpath
 
 import pytest
+from domain_checks import reference_hash, score
 
 import envace_gym
 from envace_gym.calls import ErrorCode, ToolCall
 from envace_gym.envs.builtin.files import FilesToolkit, generate, make_backend
 from envace_gym.rewards import EpisodeRecord, score_episode
 from envace_gym.tasks import Task
-
-from domain_checks import reference_hash, score
 
 MUTATING = {"write_file", "make_dir", "move", "delete"}
 
@@ -71,7 +70,9 @@ def test_list_dir(kit):
 
 def test_read_file(kit):
     assert kit.read_file("/home/bo/music/playlist.txt") == {
-        "path": "/home/bo/music/playlist.txt", "content": "song one\nsong two\nsong three"}
+        "path": "/home/bo/music/playlist.txt",
+        "content": "song one\nsong two\nsong three",
+    }
     with pytest.raises(ValueError, match="is a folder, not a file"):
         kit.read_file("/home/ana/docs")
     with pytest.raises(ValueError, match="no such file or folder"):
@@ -79,8 +80,11 @@ def test_read_file(kit):
 
 
 def test_write_file_creates_and_overwrites(kit):
-    assert kit.write_file("/home/ana/empty/new.txt", "hello") == {"path": "/home/ana/empty/new.txt", "size": 5,
-                                                                  "created": True}
+    assert kit.write_file("/home/ana/empty/new.txt", "hello") == {
+        "path": "/home/ana/empty/new.txt",
+        "size": 5,
+        "created": True,
+    }
     assert kit.state["files"]["/home/ana/empty/new.txt"] == "hello"
     assert kit.write_file("/home/ana/docs/todo.txt", "call dad\nbuy bread")["created"] is False
     assert kit.read_file("/home/ana/docs/todo.txt")["content"] == "call dad\nbuy bread"
@@ -105,7 +109,10 @@ def test_make_dir(kit):
 
 def test_move_file(kit):
     assert kit.move("/home/ana/docs/todo.txt", "/home/ana/empty/tasks.txt") == {
-        "from": "/home/ana/docs/todo.txt", "to": "/home/ana/empty/tasks.txt", "type": "file"}
+        "from": "/home/ana/docs/todo.txt",
+        "to": "/home/ana/empty/tasks.txt",
+        "type": "file",
+    }
     assert "/home/ana/docs/todo.txt" not in kit.state["files"]
     assert kit.state["files"]["/home/ana/empty/tasks.txt"] == "call mum"
     # dst is the full new path: an existing folder is refused with a hint, not moved into.
@@ -119,8 +126,12 @@ def test_move_file(kit):
 
 def test_move_folder_takes_its_contents(kit):
     assert kit.move("/home/ana/docs", "/home/bo/docs")["type"] == "folder"
-    assert sorted(kit.state["files"]) == ["/home/ana/readme.md", "/home/bo/docs/budget.csv", "/home/bo/docs/todo.txt",
-                                          "/home/bo/music/playlist.txt"]
+    assert sorted(kit.state["files"]) == [
+        "/home/ana/readme.md",
+        "/home/bo/docs/budget.csv",
+        "/home/bo/docs/todo.txt",
+        "/home/bo/music/playlist.txt",
+    ]
     assert "/home/ana/docs" not in kit.state["dirs"] and "/home/bo/docs" in kit.state["dirs"]
     assert kit.state["dirs"] == sorted(kit.state["dirs"])
     with pytest.raises(ValueError, match="into itself"):
@@ -154,7 +165,11 @@ def test_find(kit):
 
 def test_file_info(kit):
     assert kit.file_info("/home/bo/music/playlist.txt") == {
-        "path": "/home/bo/music/playlist.txt", "type": "file", "size": 28, "lines": 3}
+        "path": "/home/bo/music/playlist.txt",
+        "type": "file",
+        "size": 28,
+        "lines": 3,
+    }
     assert kit.file_info("/home/ana/readme.md")["lines"] == 0
     assert kit.file_info("/home/ana") == {"path": "/home/ana", "type": "folder", "files": 1, "folders": 2}
     with pytest.raises(ValueError, match="no such file or folder"):
@@ -163,10 +178,12 @@ def test_file_info(kit):
 
 def test_domain_errors_roll_back_through_the_backend(backend):
     before = backend.state_hash()
-    for call in [ToolCall("delete", {"path": "/home/ana/docs"}),
-                 ToolCall("move", {"src": "/home/ana/docs/todo.txt", "dst": "/home/bo/music"}),
-                 ToolCall("write_file", {"path": "/home/cy/x.txt", "content": "x"}),
-                 ToolCall("make_dir", {"path": "relative/dir"})]:
+    for call in [
+        ToolCall("delete", {"path": "/home/ana/docs"}),
+        ToolCall("move", {"src": "/home/ana/docs/todo.txt", "dst": "/home/bo/music"}),
+        ToolCall("write_file", {"path": "/home/cy/x.txt", "content": "x"}),
+        ToolCall("make_dir", {"path": "relative/dir"}),
+    ]:
         result = backend.execute(call)
         assert result.error.code is ErrorCode.TOOL_EXECUTION_ERROR and "ValueError" in result.error.message
         assert backend.state_hash() == before
@@ -211,7 +228,6 @@ def test_generation_is_deterministic_and_well_formed(train, test_split):
         generate("dev", 1)
 
 
-
 def _entities(tasks):
     out = {"users": set(), "folders": set(), "stems": set(), "words": set()}
     for task in tasks:
@@ -237,7 +253,6 @@ def test_splits_are_disjoint_in_entities(train, test_split):
     for key in a:
         assert a[key] and b[key], key
         assert not a[key] & b[key], (key, a[key] & b[key])
-
 
 
 def test_task_shapes_match_their_category(train):
@@ -294,8 +309,6 @@ def test_references_are_unique_solutions(train, test_split):
                 assert new not in task.initial_state["files"] and new not in task.initial_state["dirs"]
 
 
-
-
 def _reference_hash(task):
     return reference_hash(task, make_backend)
 
@@ -304,11 +317,12 @@ def _score(task, calls, answers, final_hash):
     return score(task, calls, answers, final_hash, make_backend)
 
 
-
-
 def test_wrong_destination_or_missing_lookup_fails(train):
-    task = next(t for t in train if t.metadata["kind"] == "find_move"
-                and sum(d.count("/") == 3 for d in t.initial_state["dirs"]) >= 3)
+    task = next(
+        t
+        for t in train
+        if t.metadata["kind"] == "find_move" and sum(d.count("/") == 3 for d in t.initial_state["dirs"]) >= 3
+    )
     find_call, move_call = (c.call for c in task.reference_calls)
     answers = [t.answer for t in task.reference]
     b = make_backend(timeout=None)
@@ -318,10 +332,14 @@ def test_wrong_destination_or_missing_lookup_fails(train):
     assert _score(task, [move_call], answers, b.state_hash()) == 0.0
     # Moving the file into some other folder breaks both call_match and state_match.
     wanted = posixpath.dirname(move_call.arguments["dst"])
-    other = next(d for d in task.initial_state["dirs"]
-                 if d.count("/") == 3 and d not in (wanted, posixpath.dirname(move_call.arguments["src"])))
-    wrong = ToolCall("move", {"src": move_call.arguments["src"],
-                              "dst": f"{other}/{posixpath.basename(move_call.arguments['src'])}"})
+    other = next(
+        d
+        for d in task.initial_state["dirs"]
+        if d.count("/") == 3 and d not in (wanted, posixpath.dirname(move_call.arguments["src"]))
+    )
+    wrong = ToolCall(
+        "move", {"src": move_call.arguments["src"], "dst": f"{other}/{posixpath.basename(move_call.arguments['src'])}"}
+    )
     b.reset(task)
     assert b.execute(find_call).ok and b.execute(wrong).ok
     assert _score(task, [find_call, wrong], answers, b.state_hash()) == 0.0
@@ -338,8 +356,11 @@ def test_a_wrong_copy_content_fails_state_match(train):
     b.reset(task)
     for c in calls[:-1] + [sloppy]:
         assert b.execute(c).ok
-    reward, parts = score_episode(task, EpisodeRecord(calls[:-1] + [sloppy], answers, b.state_hash()),
-                                  expected_state_hash=lambda: _reference_hash(task))
+    reward, parts = score_episode(
+        task,
+        EpisodeRecord(calls[:-1] + [sloppy], answers, b.state_hash()),
+        expected_state_hash=lambda: _reference_hash(task),
+    )
     assert parts == {"call_match": 1.0, "state_match": 0.0} and reward == 0.0
 
 

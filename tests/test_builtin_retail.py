@@ -5,13 +5,12 @@ import re
 from collections import Counter
 
 import pytest
+from domain_checks import reference_hash, score
 
 import envace_gym
 from envace_gym.calls import ErrorCode, ToolCall
 from envace_gym.envs.builtin.retail import RetailToolkit, generate, make_backend
 from envace_gym.tasks import Task
-
-from domain_checks import reference_hash, score
 
 
 def small_state():
@@ -25,16 +24,33 @@ def small_state():
             "P-302": {"name": "Yoga Mat", "price": 20.5, "stock": 0},
         },
         "orders": {
-            "O-10001": {"customer_id": "C-1042", "status": "pending", "total": 90.48,
-                        "items": [{"product_id": "P-301", "quantity": 2, "price": 34.99, "returned": False},
-                                  {"product_id": "P-302", "quantity": 1, "price": 20.5, "returned": False}],
-                        "shipping_address": "12 Elm Street, Lisbon", "refunded": 0.0},
-            "O-10002": {"customer_id": "C-1042", "status": "delivered", "total": 61.5,
-                        "items": [{"product_id": "P-302", "quantity": 3, "price": 20.5, "returned": False}],
-                        "shipping_address": "12 Elm Street, Lisbon", "refunded": 0.0},
-            "O-10003": {"customer_id": "C-2001", "status": "shipped", "total": 34.99,
-                        "items": [{"product_id": "P-301", "quantity": 1, "price": 34.99, "returned": False}],
-                        "shipping_address": "3 Mill Road, Porto", "refunded": 0.0},
+            "O-10001": {
+                "customer_id": "C-1042",
+                "status": "pending",
+                "total": 90.48,
+                "items": [
+                    {"product_id": "P-301", "quantity": 2, "price": 34.99, "returned": False},
+                    {"product_id": "P-302", "quantity": 1, "price": 20.5, "returned": False},
+                ],
+                "shipping_address": "12 Elm Street, Lisbon",
+                "refunded": 0.0,
+            },
+            "O-10002": {
+                "customer_id": "C-1042",
+                "status": "delivered",
+                "total": 61.5,
+                "items": [{"product_id": "P-302", "quantity": 3, "price": 20.5, "returned": False}],
+                "shipping_address": "12 Elm Street, Lisbon",
+                "refunded": 0.0,
+            },
+            "O-10003": {
+                "customer_id": "C-2001",
+                "status": "shipped",
+                "total": 34.99,
+                "items": [{"product_id": "P-301", "quantity": 1, "price": 34.99, "returned": False}],
+                "shipping_address": "3 Mill Road, Porto",
+                "refunded": 0.0,
+            },
         },
     }
 
@@ -54,13 +70,24 @@ def backend():
 # ------------------------------------------------------------------------------ toolkit
 def test_tools_and_schemas():
     specs = {s.name: s for s in RetailToolkit.tool_specs()}
-    assert set(specs) == {"find_customer", "list_orders", "get_order", "get_product", "cancel_order",
-                          "update_shipping_address", "return_item"}
+    assert set(specs) == {
+        "find_customer",
+        "list_orders",
+        "get_order",
+        "get_product",
+        "cancel_order",
+        "update_shipping_address",
+        "return_item",
+    }
     for spec in specs.values():
         assert spec.description and spec.parameters["additionalProperties"] is False
         assert all(p.get("description") for p in spec.parameters["properties"].values()), spec.name
     assert specs["cancel_order"].parameters["properties"]["reason"]["enum"] == [
-        "no_longer_needed", "ordered_by_mistake", "found_better_price", "other"]
+        "no_longer_needed",
+        "ordered_by_mistake",
+        "found_better_price",
+        "other",
+    ]
     assert specs["return_item"].parameters["required"] == ["order_id", "product_id"]
 
 
@@ -83,7 +110,9 @@ def test_get_order_joins_product_names(kit):
     order = kit.get_order("O-10001")
     assert order["status"] == "pending" and order["total"] == 90.48 and order["customer_id"] == "C-1042"
     assert [(it["product_id"], it["name"], it["quantity"]) for it in order["items"]] == [
-        ("P-301", "Desk Lamp", 2), ("P-302", "Yoga Mat", 1)]
+        ("P-301", "Desk Lamp", 2),
+        ("P-302", "Yoga Mat", 1),
+    ]
     assert order["shipping_address"] == "12 Elm Street, Lisbon"
     with pytest.raises(ValueError, match="no order 'O-1'"):
         kit.get_order("O-1")
@@ -96,9 +125,15 @@ def test_get_product(kit):
 
 
 def test_cancel_order_refunds_and_restocks(kit):
-    assert kit.cancel_order("O-10001", "ordered_by_mistake") == {"order_id": "O-10001", "status": "cancelled", "refund": 90.48}
+    assert kit.cancel_order("O-10001", "ordered_by_mistake") == {
+        "order_id": "O-10001",
+        "status": "cancelled",
+        "refund": 90.48,
+    }
     order = kit.state["orders"]["O-10001"]
-    assert order["status"] == "cancelled" and order["refunded"] == 90.48 and order["cancel_reason"] == "ordered_by_mistake"
+    assert (
+        order["status"] == "cancelled" and order["refunded"] == 90.48 and order["cancel_reason"] == "ordered_by_mistake"
+    )
     assert kit.state["products"]["P-301"]["stock"] == 7 and kit.state["products"]["P-302"]["stock"] == 1
     with pytest.raises(ValueError, match="only pending orders can be cancelled"):
         kit.cancel_order("O-10001", "other")  # already cancelled
@@ -108,7 +143,9 @@ def test_cancel_order_refunds_and_restocks(kit):
 
 def test_update_shipping_address(kit):
     assert kit.update_shipping_address("O-10001", " 9 Oak Lane, Ghent ") == {
-        "order_id": "O-10001", "shipping_address": "9 Oak Lane, Ghent"}
+        "order_id": "O-10001",
+        "shipping_address": "9 Oak Lane, Ghent",
+    }
     assert kit.state["orders"]["O-10001"]["shipping_address"] == "9 Oak Lane, Ghent"
     # The customer's own address is not the order's: only the order changes.
     assert kit.state["customers"]["C-1042"]["address"] == "12 Elm Street, Lisbon"
@@ -120,7 +157,11 @@ def test_update_shipping_address(kit):
 
 def test_return_item(kit):
     assert kit.return_item("O-10002", "P-302") == {
-        "order_id": "O-10002", "product_id": "P-302", "refund": 61.5, "total_refunded": 61.5}
+        "order_id": "O-10002",
+        "product_id": "P-302",
+        "refund": 61.5,
+        "total_refunded": 61.5,
+    }
     assert kit.state["orders"]["O-10002"]["items"][0]["returned"] is True
     assert kit.state["products"]["P-302"]["stock"] == 3
     assert kit.get_order("O-10002")["refunded"] == 61.5
@@ -134,9 +175,11 @@ def test_return_item(kit):
 
 def test_domain_errors_roll_back_through_the_backend(backend):
     before = backend.state_hash()
-    for call in [ToolCall("cancel_order", {"order_id": "O-10003", "reason": "other"}),
-                 ToolCall("return_item", {"order_id": "O-10002", "product_id": "P-999"}),
-                 ToolCall("update_shipping_address", {"order_id": "O-404", "address": "1 Oak Lane, Ghent"})]:
+    for call in [
+        ToolCall("cancel_order", {"order_id": "O-10003", "reason": "other"}),
+        ToolCall("return_item", {"order_id": "O-10002", "product_id": "P-999"}),
+        ToolCall("update_shipping_address", {"order_id": "O-404", "address": "1 Oak Lane, Ghent"}),
+    ]:
         result = backend.execute(call)
         assert result.error.code is ErrorCode.TOOL_EXECUTION_ERROR and "ValueError" in result.error.message
         assert backend.state_hash() == before
@@ -179,7 +222,9 @@ def test_split():
 def test_generation_is_deterministic_and_well_formed(train, test_split):
     assert len(train) == 600 and len(test_split) == 150
     again = generate("train", 600)
-    assert [json.dumps(t.to_dict(), sort_keys=True) for t in again] == [json.dumps(t.to_dict(), sort_keys=True) for t in train]
+    assert [json.dumps(t.to_dict(), sort_keys=True) for t in again] == [
+        json.dumps(t.to_dict(), sort_keys=True) for t in train
+    ]
     # A task does not depend on how many were generated.
     assert generate("test", 5)[4].to_dict() == test_split[4].to_dict()
     assert [t.id for t in train[:2]] == ["retail-train-0000", "retail-train-0001"]
@@ -209,7 +254,6 @@ def test_splits_are_disjoint_in_entities(train, test_split):
     for key in a:
         assert a[key] and b[key], key
         assert not a[key] & b[key], key
-
 
 
 def test_task_shapes_match_their_category(train):
@@ -259,16 +303,12 @@ def test_references_are_unique_solutions(train):
             assert len(set(prices)) == len(prices)
 
 
-
-
 def _reference_hash(task):
     return reference_hash(task, make_backend)
 
 
 def _score(task, calls, answers, final_hash):
     return score(task, calls, answers, final_hash, make_backend)
-
-
 
 
 def test_wrong_target_or_missing_lookup_fails(train):
@@ -281,8 +321,14 @@ def test_wrong_target_or_missing_lookup_fails(train):
     assert b.execute(calls[-1]).ok
     assert _score(task, calls[-1:], answers, b.state_hash()) == 0.0
     # Cancelling some other pending order breaks both call_match and state_match.
-    other = next((oid for oid, o in sorted(task.initial_state["orders"].items())
-                  if o["status"] == "pending" and oid != calls[-1].arguments["order_id"]), None)
+    other = next(
+        (
+            oid
+            for oid, o in sorted(task.initial_state["orders"].items())
+            if o["status"] == "pending" and oid != calls[-1].arguments["order_id"]
+        ),
+        None,
+    )
     if other is not None:
         wrong = calls[:-1] + [ToolCall("cancel_order", {**calls[-1].arguments, "order_id": other})]
         b.reset(task)

@@ -6,15 +6,14 @@ from collections import Counter
 
 import gymnasium as gym
 import pytest
+from domain_checks import reference_hash, score
 
 import envace_gym
 from envace_gym.agents.evaluate import evaluate
 from envace_gym.agents.scripted import NoopPolicy, OraclePolicy, RandomPolicy
-from envace_gym.suites import load_suite
 from envace_gym.rewards import normalize_answer
+from envace_gym.suites import load_suite
 from envace_gym.tasks import TaskSuite
-
-from domain_checks import reference_hash, score
 
 DOMAINS = envace_gym.BUILTIN_DOMAINS
 
@@ -129,7 +128,10 @@ def test_builtin_suite_jsonl_round_trip(tmp_path):
     suite = load_suite("builtin").filter(split="test")
     loaded = TaskSuite.load_jsonl(suite.save_jsonl(tmp_path / "test.jsonl"))
     assert len(loaded) == len(suite)
-    assert all(json.dumps(a.to_dict(), sort_keys=True) == json.dumps(b.to_dict(), sort_keys=True) for a, b in zip(loaded, suite))
+    assert all(
+        json.dumps(a.to_dict(), sort_keys=True) == json.dumps(b.to_dict(), sort_keys=True)
+        for a, b in zip(loaded, suite)
+    )
 
 
 def test_generation_is_deterministic_across_processes():
@@ -137,5 +139,14 @@ def test_generation_is_deterministic_across_processes():
     import sys
 
     code = "import envace_gym, hashlib, json; s = envace_gym.load_suite('builtin'); print(hashlib.sha256(json.dumps([t.to_dict() for t in s], sort_keys=True).encode()).hexdigest())"
-    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": str(i), "PATH": ""}).stdout for i in (1, 2)}
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": str(i), "PATH": ""},
+        ).stdout
+        for i in (1, 2)
+    }
     assert len(digests) == 1

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 
 import pytest
+from domain_checks import reference_hash
 
 from envace_gym.backends import PythonBackend
 from envace_gym.calls import ErrorCode, ToolCall
@@ -13,20 +14,50 @@ from envace_gym.envs.builtin import travel
 from envace_gym.rewards import EpisodeRecord, score_episode
 from envace_gym.tasks import Task
 
-from domain_checks import reference_hash
-
 # ------------------------------------------------------------------------------ a small hand-made world
 STATE = {
     "cities": ["Lisbon", "Madrid", "Oslo"],
     "flights": {
-        "SK101": {"airline": "Skandia Air", "origin": "Lisbon", "destination": "Oslo", "date": "2026-03-14",
-                  "depart": "14:30", "arrive": "18:40", "price": 210, "seats_left": 3},
-        "TP202": {"airline": "Atlantica", "origin": "Lisbon", "destination": "Oslo", "date": "2026-03-14",
-                  "depart": "07:05", "arrive": "11:20", "price": 145, "seats_left": 1},
-        "IB303": {"airline": "Iberjet", "origin": "Lisbon", "destination": "Oslo", "date": "2026-03-15",
-                  "depart": "09:00", "arrive": "13:10", "price": 99, "seats_left": 5},
-        "LX404": {"airline": "Alpina", "origin": "Oslo", "destination": "Lisbon", "date": "2026-03-14",
-                  "depart": "10:00", "arrive": "14:00", "price": 180, "seats_left": 0},
+        "SK101": {
+            "airline": "Skandia Air",
+            "origin": "Lisbon",
+            "destination": "Oslo",
+            "date": "2026-03-14",
+            "depart": "14:30",
+            "arrive": "18:40",
+            "price": 210,
+            "seats_left": 3,
+        },
+        "TP202": {
+            "airline": "Atlantica",
+            "origin": "Lisbon",
+            "destination": "Oslo",
+            "date": "2026-03-14",
+            "depart": "07:05",
+            "arrive": "11:20",
+            "price": 145,
+            "seats_left": 1,
+        },
+        "IB303": {
+            "airline": "Iberjet",
+            "origin": "Lisbon",
+            "destination": "Oslo",
+            "date": "2026-03-15",
+            "depart": "09:00",
+            "arrive": "13:10",
+            "price": 99,
+            "seats_left": 5,
+        },
+        "LX404": {
+            "airline": "Alpina",
+            "origin": "Oslo",
+            "destination": "Lisbon",
+            "date": "2026-03-14",
+            "depart": "10:00",
+            "arrive": "14:00",
+            "price": 180,
+            "seats_left": 0,
+        },
     },
     "bookings": {
         "BK-1000": {"flight_id": "SK101", "passenger": "Ana Silva", "status": "confirmed", "price": 210},
@@ -68,8 +99,16 @@ def fails(backend: PythonBackend, name: str, **arguments) -> str:
 # ------------------------------------------------------------------------------ toolkit
 def test_tool_specs_are_strict_and_documented():
     specs = {s.name: s for s in travel.TravelToolkit.tool_specs()}
-    assert set(specs) == {"search_flights", "book_flight", "get_booking", "find_bookings", "cancel_booking",
-                          "list_events", "create_event", "delete_event"}
+    assert set(specs) == {
+        "search_flights",
+        "book_flight",
+        "get_booking",
+        "find_bookings",
+        "cancel_booking",
+        "list_events",
+        "create_event",
+        "delete_event",
+    }
     for spec in specs.values():
         assert spec.description
         assert spec.parameters["additionalProperties"] is False
@@ -94,8 +133,13 @@ def test_search_flights_errors(backend):
 
 def test_book_flight_takes_a_seat_and_numbers_the_booking(backend):
     res = ok(backend, "book_flight", flight_id="TP202", passenger="  Bruno   Costa ")
-    assert res == {"booking_id": "BK-1002", "flight_id": "TP202", "passenger": "Bruno Costa", "price": 145,
-                   "status": "confirmed"}
+    assert res == {
+        "booking_id": "BK-1002",
+        "flight_id": "TP202",
+        "passenger": "Bruno Costa",
+        "price": 145,
+        "status": "confirmed",
+    }
     state = backend.state()
     assert state["flights"]["TP202"]["seats_left"] == 0
     assert state["next_booking"] == 1003
@@ -121,13 +165,18 @@ def test_get_and_find_bookings(backend):
 
     mine = ok(backend, "find_bookings", passenger="Ana Silva")
     assert [(b["booking_id"], b["destination"], b["status"]) for b in mine] == [
-        ("BK-1000", "Oslo", "confirmed"), ("BK-1001", "Oslo", "cancelled")]
+        ("BK-1000", "Oslo", "confirmed"),
+        ("BK-1001", "Oslo", "cancelled"),
+    ]
     assert "Zoe" in fails(backend, "find_bookings", passenger="Zoe Tanaka")
 
 
 def test_cancel_booking_refunds_and_releases_the_seat(backend):
     assert ok(backend, "cancel_booking", booking_id="BK-1000") == {
-        "booking_id": "BK-1000", "status": "cancelled", "refund": 210}
+        "booking_id": "BK-1000",
+        "status": "cancelled",
+        "refund": 210,
+    }
     state = backend.state()
     assert state["bookings"]["BK-1000"]["status"] == "cancelled"
     assert state["flights"]["SK101"]["seats_left"] == 4
@@ -154,12 +203,17 @@ def test_create_event_and_overlap_rules(backend):
     assert "HH:MM" in fails(backend, "create_event", title="Call", date="2026-03-16", start="09:00", end="24:00")
     assert "empty" in fails(backend, "create_event", title=" ", date="2026-03-16", start="09:00", end="10:00")
     # Same times on another day do not clash.
-    assert ok(backend, "create_event", title="Call", date="2026-03-16", start="13:30", end="15:00")["event_id"] == "EV-14"
+    assert (
+        ok(backend, "create_event", title="Call", date="2026-03-16", start="13:30", end="15:00")["event_id"] == "EV-14"
+    )
 
 
 def test_delete_event(backend):
-    assert ok(backend, "delete_event", event_id="EV-12") == {"deleted": "EV-12", "title": "Haircut",
-                                                             "date": "2026-03-15"}
+    assert ok(backend, "delete_event", event_id="EV-12") == {
+        "deleted": "EV-12",
+        "title": "Haircut",
+        "date": "2026-03-15",
+    }
     assert ok(backend, "list_events", date="2026-03-15") == []
     assert "no event" in fails(backend, "delete_event", event_id="EV-12")
 
@@ -210,11 +264,22 @@ def test_generation_is_deterministic_and_well_formed(suites):
 def test_every_kind_is_present_with_roughly_the_intended_mix(suites):
     counts = Counter(t.metadata["kind"] for t in suites["train"])
     assert set(counts) == {k for k, _ in travel._KINDS}
-    assert set(travel.CATEGORIES["single"] + travel.CATEGORIES["dependent"] + travel.CATEGORIES["parallel"]
-               + travel.CATEGORIES["multi_turn"] + travel.CATEGORIES["no_tool"] + travel.CATEGORIES["other"]) \
-        == set(counts)
+    assert set(
+        travel.CATEGORIES["single"]
+        + travel.CATEGORIES["dependent"]
+        + travel.CATEGORIES["parallel"]
+        + travel.CATEGORIES["multi_turn"]
+        + travel.CATEGORIES["no_tool"]
+        + travel.CATEGORIES["other"]
+    ) == set(counts)
     share = {cat: sum(counts[k] for k in kinds) / 600 for cat, kinds in travel.CATEGORIES.items()}
-    for cat, target in {"single": .20, "dependent": .30, "parallel": .15, "multi_turn": .15, "no_tool": .10}.items():
+    for cat, target in {
+        "single": 0.20,
+        "dependent": 0.30,
+        "parallel": 0.15,
+        "multi_turn": 0.15,
+        "no_tool": 0.10,
+    }.items():
         assert abs(share[cat] - target) < 0.06, (cat, share[cat])
     assert Counter(t.metadata["kind"] for t in suites["test"]).keys() >= {"book_cheapest", "no_tool", "two_days"}
 
@@ -289,8 +354,11 @@ def test_splits_use_disjoint_entities(suites):
             people.update(b["passenger"] for b in state["bookings"].values())
             people.update(c.arguments["passenger"] for c in t.reference_calls if "passenger" in c.arguments)
             titles.update(e["title"] for e in state["events"].values())
-            titles.update(c.arguments["title"] for c in t.reference_calls
-                          if c.name == "create_event" and not c.arguments["title"].startswith("Flight to "))
+            titles.update(
+                c.arguments["title"]
+                for c in t.reference_calls
+                if c.name == "create_event" and not c.arguments["title"].startswith("Flight to ")
+            )
         return cities, people, titles
 
     train, test = entities(suites["train"]), entities(suites["test"])
@@ -300,17 +368,15 @@ def test_splits_use_disjoint_entities(suites):
         assert not set(pool["train"]) & set(pool["test"])
 
 
-
-
 def replay(task: Task) -> str:
     return reference_hash(task, travel.make_backend)
 
 
-
 def test_state_changing_tasks_are_graded_on_state(suites):
     for t in all_tasks(suites):
-        writes = any(c.name in ("book_flight", "cancel_booking", "create_event", "delete_event")
-                     for c in t.reference_calls)
+        writes = any(
+            c.name in ("book_flight", "cancel_booking", "create_event", "delete_event") for c in t.reference_calls
+        )
         assert ("state_match" in t.reward) == writes, t.id
         if not writes:
             assert t.reward == ("call_match", "answer_match")
@@ -330,8 +396,11 @@ def test_wrong_choice_is_penalised(suites):
     calls = [search.call, ToolCall("book_flight", {**book.arguments, "flight_id": wrong})]
     results = [b.execute(c) for c in calls]
     assert all(r.ok for r in results)
-    record = EpisodeRecord(calls=calls, turn_answers=[f"Booked, reference {results[1].content['booking_id']}."],
-                           final_state_hash=b.state_hash())
+    record = EpisodeRecord(
+        calls=calls,
+        turn_answers=[f"Booked, reference {results[1].content['booking_id']}."],
+        final_state_hash=b.state_hash(),
+    )
     expected = replay(t)
     reward, parts = score_episode(t, record, expected_state_hash=lambda: expected)
     assert reward == 0.0 and parts["call_match"] == 0.0 and parts["state_match"] == 0.0

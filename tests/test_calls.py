@@ -5,9 +5,21 @@ from hypothesis import strategies as st
 
 from envace_gym.calls import ErrorCode, ToolCall, format_calls, parse_calls
 
-json_scalars = st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
-json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=10)
-identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True).filter(lambda s: s not in {"True", "False", "None"})
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
+identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True).filter(
+    lambda s: s not in {"True", "False", "None"}
+)
 names = st.builds(lambda parts: ".".join(parts), st.lists(identifiers, min_size=1, max_size=3))
 
 
@@ -25,7 +37,33 @@ def test_any_string_parses_without_raising(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["<tool_call>", "</tool_call>", "<think>", "</think>", "{", "}", '"name"', ":", '"f"', "[", "]", "(", ")", "f", "=", "1", ",", " "]), max_size=40))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "<tool_call>",
+                "</tool_call>",
+                "<think>",
+                "</think>",
+                "{",
+                "}",
+                '"name"',
+                ":",
+                '"f"',
+                "[",
+                "]",
+                "(",
+                ")",
+                "f",
+                "=",
+                "1",
+                ",",
+                " ",
+            ]
+        ),
+        max_size=40,
+    )
+)
 def test_markup_soup_parses_without_raising(tokens):
     parse_calls("".join(tokens))
 
@@ -56,13 +94,18 @@ def test_openai_shapes_and_string_arguments():
 
 
 def test_bare_json_calls_but_not_ordinary_json():
-    assert parse_calls('[{"name": "f", "arguments": {"a": 1}}, {"name": "g"}]').calls == [ToolCall("f", {"a": 1}), ToolCall("g", {})]
+    assert parse_calls('[{"name": "f", "arguments": {"a": 1}}, {"name": "g"}]').calls == [
+        ToolCall("f", {"a": 1}),
+        ToolCall("g", {}),
+    ]
     answer = parse_calls('{"temperature": 21}')
     assert answer.is_answer and answer.content == '{"temperature": 21}'
 
 
 def test_python_syntax_literals_only():
-    assert parse_calls('get_weather(city="Paris", days=[1, 2])').calls == [ToolCall("get_weather", {"city": "Paris", "days": [1, 2]})]
+    assert parse_calls('get_weather(city="Paris", days=[1, 2])').calls == [
+        ToolCall("get_weather", {"city": "Paris", "days": [1, 2]})
+    ]
     assert parse_calls("math.add(a=1, b=(2, 3))").calls == [ToolCall("math.add", {"a": 1, "b": [2, 3]})]
     bad = parse_calls('f(x=__import__("os").system("echo hi"))')
     assert not bad.calls and bad.errors[0].code is ErrorCode.INVALID_TOOL_CALL_FORMAT
@@ -81,7 +124,7 @@ def test_think_blocks_never_hold_calls():
     parsed = parse_calls(text)
     assert parsed.calls == [] and parsed.errors == []
     assert parsed.content == "The answer is 3." and "secret" in parsed.reasoning
-    unterminated = parse_calls('<think>f(a=1)')
+    unterminated = parse_calls("<think>f(a=1)")
     assert unterminated.calls == [] and unterminated.content == ""
 
 

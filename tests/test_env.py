@@ -3,13 +3,12 @@ import json
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
+from kv_domain import kv_task
 
 import envace_gym
 from envace_gym.calls import ToolCall, format_calls
 from envace_gym.env import ToolCallEnv
 from envace_gym.tasks import TaskSuite
-
-from kv_domain import kv_task
 
 
 @pytest.fixture
@@ -46,7 +45,10 @@ def test_oracle_episode_messages_and_reward(env):
     obs, reward, term, trunc, info = env.step(put("a", 7))
     assert json.loads(obs.split("\n")[1]) == {"stored": "a"} and reward == 0.0 and not term
     assert info["tool_results"][0]["ok"] and info["messages"][-2]["tool_calls"][0]["function"]["name"] == "put"
-    assert info["messages"][-1]["role"] == "tool" and info["messages"][-1]["tool_call_id"] == info["messages"][-2]["tool_calls"][0]["id"]
+    assert (
+        info["messages"][-1]["role"] == "tool"
+        and info["messages"][-1]["tool_call_id"] == info["messages"][-2]["tool_calls"][0]["id"]
+    )
     env.step(format_calls([ToolCall("get", {"key": "a"})]))
     obs, reward, term, trunc, info = env.step("The value of a is 7.")
     assert term and not trunc and reward == 1.0 and info["success"]

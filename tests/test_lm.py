@@ -36,7 +36,9 @@ def test_offline_flag_is_set():
 def test_recorded_logprobs_match_teacher_forcing(policy):
     # Sampled at temperature 1 over several turns: every actor token's recorded logprob equals a
     # teacher-forced forward pass over the whole trajectory.
-    trajs = collect(bank_envs(3), policy, 3, sampling=SamplingConfig(temperature=1.0, max_new_tokens=16, seed=1), progress=False)
+    trajs = collect(
+        bank_envs(3), policy, 3, sampling=SamplingConfig(temperature=1.0, max_new_tokens=16, seed=1), progress=False
+    )
     for traj in trajs:
         logp = teacher_forced_logprobs(policy, traj.token_ids)
         actor = [i for i, r in enumerate(traj.roles) if r == "actor"]
@@ -48,13 +50,23 @@ def test_recorded_logprobs_match_teacher_forcing(policy):
 
 
 def test_roles_line_up_and_decode_to_the_transcript(policy):
-    traj = collect(bank_envs(1, max_turns=3), policy, 1, sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=5), progress=False)[0]
+    traj = collect(
+        bank_envs(1, max_turns=3),
+        policy,
+        1,
+        sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=5),
+        progress=False,
+    )[0]
     assert len(traj.token_ids) == len(traj.roles) == len(traj.logprobs)
     text = policy.tokenizer.decode(traj.token_ids)
-    final = policy.chat.render(traj.messages, traj.messages and envace_gym.load_suite("builtin/bank").get(traj.task_id).tools, add_generation_prompt=False)
+    final = policy.chat.render(
+        traj.messages,
+        traj.messages and envace_gym.load_suite("builtin/bank").get(traj.task_id).tools,
+        add_generation_prompt=False,
+    )
     # what is left is the end-of-turn marker the template adds (absent from the stream when the last
     # generation ran out of tokens) and whitespace
-    assert final.startswith(text) and final[len(text):].strip() in ("", "<|im_end|>")
+    assert final.startswith(text) and final[len(text) :].strip() in ("", "<|im_end|>")
     # each run of actor tokens decodes to one assistant message (plus its end-of-turn token)
     runs, current = [], []
     for tok, role in zip(traj.token_ids, traj.roles):
@@ -91,7 +103,11 @@ def test_kv_reuse_encodes_only_new_tokens_and_changes_nothing(policy):
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=8)
     ids, head = policy.encode_prompt(info["messages"], info["tools"])
     first = policy.generate_ids([ids], keys=["conv"], sampling=greedy, prefix_lens=[head])[0]
-    follow = ids + first.token_ids + policy.chat.encode("\n<|im_start|>tool\n{\"balance\": 3}<|im_end|>\n<|im_start|>assistant\n")
+    follow = (
+        ids
+        + first.token_ids
+        + policy.chat.encode('\n<|im_start|>tool\n{"balance": 3}<|im_end|>\n<|im_start|>assistant\n')
+    )
     reused = policy.generate_ids([follow], keys=["conv"], sampling=greedy)[0]
     assert reused.prompt_tokens == len(follow) - (len(ids) + len(first.token_ids) - 1)
     fresh = policy.generate_ids([follow], sampling=greedy)[0]
@@ -104,12 +120,16 @@ def test_same_seed_same_trajectories(policy):
     a = collect(bank_envs(2), policy, 3, sampling=cfg, progress=False)
     b = collect(bank_envs(2), policy, 3, sampling=cfg, progress=False)
     assert [t.token_ids for t in a] == [t.token_ids for t in b]
-    c = collect(bank_envs(2), policy, 3, sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=8), progress=False)
+    c = collect(
+        bank_envs(2), policy, 3, sampling=SamplingConfig(temperature=1.0, max_new_tokens=12, seed=8), progress=False
+    )
     assert [t.token_ids for t in a] != [t.token_ids for t in c]
 
 
 def test_trajectory_jsonl_round_trip(policy, tmp_path):
-    trajs = collect(bank_envs(2), policy, 2, sampling=SamplingConfig(temperature=1.0, max_new_tokens=8, seed=2), progress=False)
+    trajs = collect(
+        bank_envs(2), policy, 2, sampling=SamplingConfig(temperature=1.0, max_new_tokens=8, seed=2), progress=False
+    )
     path = save_trajectories(trajs, tmp_path / "t.jsonl")
     assert [t.to_dict() for t in load_trajectories(path)] == [t.to_dict() for t in trajs]
     line = json.loads(path.read_text().splitlines()[0])
@@ -120,7 +140,9 @@ def test_trajectory_jsonl_round_trip(policy, tmp_path):
 
 
 def test_sync_vector_env_is_accepted(policy):
-    venv = gym.vector.SyncVectorEnv([lambda: gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=2)] * 2)
+    venv = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=2)] * 2
+    )
     trajs = collect(venv, policy, 3, sampling=SamplingConfig(temperature=1.0, max_new_tokens=6), progress=False)
     assert len(trajs) == 3 and all(isinstance(t, Trajectory) for t in trajs)
 
@@ -134,7 +156,9 @@ def test_encode_conversation_tags_assistant_text_as_actor(policy):
     stream = encode_conversation(policy.chat, info["messages"], info["tools"])
     actor_text = policy.tokenizer.decode([t for t, r in zip(stream.ids, stream.roles) if r == "actor"])
     assert actor_text == "".join(m["content"] + "<|im_end|>" for m in info["messages"] if m["role"] == "assistant")
-    assert policy.tokenizer.decode(stream.ids) == policy.chat.render(info["messages"], info["tools"], add_generation_prompt=False).rstrip("\n")
+    assert policy.tokenizer.decode(stream.ids) == policy.chat.render(
+        info["messages"], info["tools"], add_generation_prompt=False
+    ).rstrip("\n")
 
 
 def test_hermes_tool_block_for_templates_without_tools(policy):

@@ -70,8 +70,12 @@ def _start_http_server(port):
     import subprocess
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "envace_gym.envs.builtin.mcp_server", "bank", "--http", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envace_gym.envs.builtin.mcp_server", "bank", "--http", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert "http://127.0.0.1:" in proc.stderr.readline()  # printed just before uvicorn binds
     url = f"http://127.0.0.1:{port}/mcp"
     deadline = time.monotonic() + 30
@@ -111,7 +115,9 @@ def test_oracle_over_loopback_http_two_envs_share_the_server_and_a_dead_server_i
         proc.kill()
         proc.wait()
         _, _, _, _, info = envs[0].step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
-        assert info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR" and "MCP server failed" in info["errors"][0]["message"]
+        assert (
+            info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR" and "MCP server failed" in info["errors"][0]["message"]
+        )
         with pytest.raises(MCPError, match="did not start"):
             envs[0].reset(seed=0)
         url, proc = _start_http_server(port)  # back at the same address: the next episode runs

@@ -1,3 +1,5 @@
+from kv_domain import kv_task
+
 from envace_gym.calls import ToolCall
 from envace_gym.rewards import (
     EpisodeRecord,
@@ -8,8 +10,6 @@ from envace_gym.rewards import (
     score_episode,
     values_match,
 )
-
-from kv_domain import kv_task
 
 
 def test_call_match_is_order_free_and_strict():

@@ -19,7 +19,9 @@ def test_sft_lowers_actor_loss_and_checkpoint_round_trips(tmp_path):
     batch = _collate(examples, policy.engine.pad_id, 768)
     with torch.no_grad():
         before = float(actor_token_loss(policy.model, batch))
-    summary = train_sft(policy, examples, SFTConfig(steps=12, lr=3e-3, batch_size=4, bf16=False), tmp_path / "ckpt", progress=False)
+    summary = train_sft(
+        policy, examples, SFTConfig(steps=12, lr=3e-3, batch_size=4, bf16=False), tmp_path / "ckpt", progress=False
+    )
     with torch.no_grad():
         after = float(actor_token_loss(policy.model, batch))
     assert summary["steps"] == 12 and after < before * 0.8
@@ -33,10 +35,50 @@ def test_sft_lowers_actor_loss_and_checkpoint_round_trips(tmp_path):
 
 def test_cli_sft_then_eval_checkpoint(tmp_path, capsys):
     out = tmp_path / "s"
-    assert main(["sft", "--env", "EnvACE-ToolCall-v0", "--suite", "builtin/bank", "--policy", "tiny", "--steps", "2", "--max-examples", "8", "--out", str(out), "--no-progress", "--json"]) == 0
+    assert (
+        main(
+            [
+                "sft",
+                "--env",
+                "EnvACE-ToolCall-v0",
+                "--suite",
+                "builtin/bank",
+                "--policy",
+                "tiny",
+                "--steps",
+                "2",
+                "--max-examples",
+                "8",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--json",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 2 and (out / "model.safetensors").is_file()
-    assert main(["eval", "--suite", "builtin/bank", "--policy", f"ckpt:{out}", "--episodes", "5", "--max-new-tokens", "8", "--max-turns", "2", "--json", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--suite",
+                "builtin/bank",
+                "--policy",
+                f"ckpt:{out}",
+                "--episodes",
+                "5",
+                "--max-new-tokens",
+                "8",
+                "--max-turns",
+                "2",
+                "--json",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["episodes"] == 5 and 0.0 <= result["success_rate"] <= 1.0 and "bank" in result["by_domain"]
 
@@ -62,7 +104,13 @@ def test_lora_warm_start_merges_into_a_plain_checkpoint(tmp_path):
     env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")
     examples = build_sft_examples(env, policy, max_examples=4, progress=False)
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
-    train_sft(policy, examples, SFTConfig(steps=3, lr=1e-2, batch_size=2, lora=True, lora_rank=4, bf16=False), tmp_path / "lora", progress=False)
+    train_sft(
+        policy,
+        examples,
+        SFTConfig(steps=3, lr=1e-2, batch_size=2, lora=True, lora_rank=4, bf16=False),
+        tmp_path / "lora",
+        progress=False,
+    )
     after = policy.model.state_dict()
     assert set(after) == set(before)  # merged: no adapter weights left
     changed = [k for k in before if not torch.equal(before[k], after[k])]

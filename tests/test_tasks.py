@@ -1,10 +1,9 @@
 import json
 
 import pytest
+from kv_domain import kv_task
 
 from envace_gym.tasks import Task, TaskFormatError, TaskSuite
-
-from kv_domain import kv_task
 
 
 def test_jsonl_round_trip(tmp_path):
@@ -26,7 +25,9 @@ def test_bad_line_names_file_line_and_field(tmp_path):
     good = json.dumps(kv_task("a").to_dict())
     bad_turns = json.dumps({**kv_task("b").to_dict(), "user_turns": "not a list"})
     path = _write(tmp_path, [good, "", bad_turns])
-    with pytest.raises(TaskFormatError, match=r"tasks\.jsonl:3: field 'user_turns': 'not a list' is not of type 'array'"):
+    with pytest.raises(
+        TaskFormatError, match=r"tasks\.jsonl:3: field 'user_turns': 'not a list' is not of type 'array'"
+    ):
         TaskSuite.load_jsonl(path)
 
 
@@ -40,7 +41,10 @@ def test_bad_nested_field_and_bad_json(tmp_path):
     bad_reward = {**kv_task("a").to_dict(), "reward": ["vibes"]}
     with pytest.raises(TaskFormatError, match="field 'reward/0'"):
         TaskSuite.load_jsonl(_write(tmp_path, [json.dumps(bad_reward)]))
-    bad_tool = {**kv_task("a").to_dict(), "tools": [{"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": 3}}}}]}
+    bad_tool = {
+        **kv_task("a").to_dict(),
+        "tools": [{"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": 3}}}}],
+    }
     with pytest.raises(TaskFormatError, match="field 'tools/0'"):
         TaskSuite.load_jsonl(_write(tmp_path, [json.dumps(bad_tool)]))
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+
+from envace_gym import SelfRehearsalEnv, TaskSuite, ToolCall, format_calls
 from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.envs.tau2 import _runtime
 from envace_gym.envs.tau2.env import Tau2Env
@@ -17,8 +19,6 @@ from envace_gym.envs.tau2.official import evaluate_with_tau2
 from envace_gym.envs.tau2.perturb import PERTURBATIONS, perturbations
 from envace_gym.envs.tau2.tasks import build_task, load_suite
 from envace_gym.envs.tau2.users import STOP_TOKENS, ScriptedUser
-
-from envace_gym import SelfRehearsalEnv, TaskSuite, ToolCall, format_calls
 from envace_gym.rehearsal import RealResultImaginer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,8 +92,24 @@ def test_oracle_passes_db_and_assertion_tasks(domain, count):
 
 def test_cli_eval_oracle_mock():
     out = subprocess.run(
-        [sys.executable, "-m", "envace_gym.cli", "eval", "--env", "EnvACE-Tau2-v0", "--domain", "mock", "--policy", "oracle", "--json", "--no-progress"],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "envace_gym.cli",
+            "eval",
+            "--env",
+            "EnvACE-Tau2-v0",
+            "--domain",
+            "mock",
+            "--policy",
+            "oracle",
+            "--json",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
@@ -110,7 +126,9 @@ def test_each_perturbation_fails_retail():
 
 
 def test_dropped_user_action_fails_telecom():
-    suite, ids = variant_suite("telecom", load_suite("telecom")[0].metadata["tau2"]["task_id"], kinds=("dropped_action",))
+    suite, ids = variant_suite(
+        "telecom", load_suite("telecom")[0].metadata["tau2"]["task_id"], kinds=("dropped_action",)
+    )
     env = Tau2Env(domain="telecom", split=None, tasks=suite)
     assert oracle_info(env, ids["gold"])["success"]
     info = oracle_info(env, ids["dropped_action"])
@@ -118,7 +136,10 @@ def test_dropped_user_action_fails_telecom():
 
 
 def test_our_reward_equals_tau2_evaluator():
-    for domain, task_id in (("mock", "update_task_1"), ("telecom", load_suite("telecom")[1].metadata["tau2"]["task_id"])):
+    for domain, task_id in (
+        ("mock", "update_task_1"),
+        ("telecom", load_suite("telecom")[1].metadata["tau2"]["task_id"]),
+    ):
         suite, ids = variant_suite(domain, task_id)
         env = Tau2Env(domain=domain, split=None, tasks=suite)
         for tid in ids.values():
@@ -136,7 +157,11 @@ def test_fresh_state_every_episode():
     assert not oracle_info(env, ids["extra_write"])["success"]  # a different write in between...
     second = oracle_info(env, ids["gold"])  # ...does not leak into the next episode
     assert env.backend.env is not first_env
-    assert (first["success"], first["reward_components"]) == (second["success"], second["reward_components"]) == (True, {"tau2_db": 1.0, "tau2_communicate": 1.0})
+    assert (
+        (first["success"], first["reward_components"])
+        == (second["success"], second["reward_components"])
+        == (True, {"tau2_db": 1.0, "tau2_communicate": 1.0})
+    )
     assert env.backend.state_hash() == first_state
 
 
@@ -150,7 +175,9 @@ def test_invalid_calls_get_fixed_error_codes_and_never_reach_tau2():
     assert [e["code"] for e in info["errors"]] == ["INVALID_PARAMETERS"]
     assert env.backend.state_hash() == before
     assert env.log.calls() == []  # tau2's trajectory would not hold them
-    _, _, _, _, info = env.step(format_calls([ToolCall("update_task_status", {"task_id": "task_404", "status": "completed"})]))
+    _, _, _, _, info = env.step(
+        format_calls([ToolCall("update_task_status", {"task_id": "task_404", "status": "completed"})])
+    )
     assert [e["code"] for e in info["errors"]] == ["TOOL_EXECUTION_ERROR"]  # tau2 raised: it reached tau2
     assert [c.name for c in env.log.calls()] == ["update_task_status"] and env.log.calls()[0].error
 
@@ -209,7 +236,9 @@ def test_too_many_errors_scores_zero():
 def test_max_turns_scores_zero():
     env = make("mock", max_turns=1)
     env.reset(options={"task_id": "mock-create_task_1"})
-    _, reward, _, truncated, info = env.step(format_calls([ToolCall("create_task", {"user_id": "user_1", "title": "Important Meeting"})]))
+    _, reward, _, truncated, info = env.step(
+        format_calls([ToolCall("create_task", {"user_id": "user_1", "title": "Important Meeting"})])
+    )
     assert truncated and reward == 0.0 and info["tau2"]["termination"] == "max_steps"
 
 
@@ -220,7 +249,9 @@ def test_telecom_user_acts_with_its_own_tools():
     user_calls = [c for c in env.log.calls() if c.requestor == "user"]
     assert [c.name for c in user_calls] == [a["name"] for step in task.metadata["tau2"]["user_script"] for a in step]
     assert info["success"]
-    assert all(m["role"] != "tool" or "toggle" not in m.get("name", "") for m in info["messages"])  # the agent never sees them
+    assert all(
+        m["role"] != "tool" or "toggle" not in m.get("name", "") for m in info["messages"]
+    )  # the agent never sees them
 
 
 class _ToolUsingUser:
@@ -352,8 +383,14 @@ print("ok")
 
 
 def test_offline_and_writes_nothing_into_the_repo():
-    out = subprocess.run([sys.executable, "-c", _OFFLINE, str(REPO)], capture_output=True, text=True, cwd=REPO,
-                         timeout=120, env={**__import__("os").environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", _OFFLINE, str(REPO)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**__import__("os").environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 
 
@@ -367,7 +404,9 @@ def test_calculate_matches_tau2_without_eval():
     from envace_gym.envs.tau2._runtime import calculate, new_environment
 
     for expr in ("2 + 2", "(100 - 7.5) * 3 / 4", "-3 * (2 + 0.125)", "10 / 3"):
-        assert calculate(expr) == str(round(float(eval(expr, {"__builtins__": None}, {})), 2))  # the test's oracle, not library code
+        assert calculate(expr) == str(
+            round(float(eval(expr, {"__builtins__": None}, {})), 2)
+        )  # the test's oracle, not library code
     for bad in ("__import__('os')", "2 ** 3", "1 / 0", "()"):
         with pytest.raises((ValueError, ZeroDivisionError, SyntaxError)):
             calculate(bad)

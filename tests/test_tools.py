@@ -5,7 +5,9 @@ import pytest
 from envace_gym.tools import SchemaError, ToolSpec, bfcl_to_json_schema
 
 
-def book(flight_id: str, seats: int, cabin: Literal["economy", "business"] = "economy", notes: list[str] | None = None) -> dict:
+def book(
+    flight_id: str, seats: int, cabin: Literal["economy", "business"] = "economy", notes: list[str] | None = None
+) -> dict:
     """Book seats on a flight.
 
     Args:
@@ -81,7 +83,9 @@ def test_bfcl_dialect_conversion():
 
 
 def test_returns_schema_validates_results():
-    spec = ToolSpec.from_openai({"name": "f", "parameters": {"type": "object"}, "returns": {"type": "object", "required": ["ok"]}})
+    spec = ToolSpec.from_openai(
+        {"name": "f", "parameters": {"type": "object"}, "returns": {"type": "object", "required": ["ok"]}}
+    )
     assert spec.validate_result({"ok": True}) == []
     assert spec.validate_result({"nope": 1})
     assert ToolSpec("g").validate_result("anything") == []

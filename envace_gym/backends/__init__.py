@@ -5,7 +5,8 @@ Tasks name their backend by a registered name (``"builtin/retail"``); :func:`mak
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._registry import Registry
 from .base import Backend, ToolResult, state_digest, validate_call

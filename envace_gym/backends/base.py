@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..calls import CallError, ErrorCode, ToolCall, canonical_json
 from ..tools import ToolSpec
@@ -52,7 +53,7 @@ class ToolResult:
         return out
 
     @classmethod
-    def failure(cls, call: ToolCall, code: ErrorCode, message: str) -> "ToolResult":
+    def failure(cls, call: ToolCall, code: ErrorCode, message: str) -> ToolResult:
         return cls(call, None, CallError(code, message, call.name))
 
 
@@ -68,7 +69,7 @@ class Backend(Protocol):
     tools: Sequence[ToolSpec]
     call_count: int
 
-    def reset(self, task: "Task | None" = None, seed: int | None = None) -> None: ...
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None: ...
 
     def execute(self, call: ToolCall) -> ToolResult: ...
 

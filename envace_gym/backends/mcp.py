@@ -18,7 +18,8 @@ import re
 import shlex
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..calls import CallError, ErrorCode, ToolCall
@@ -89,7 +90,9 @@ class _Connection:
                 self.session = None
                 self._ready.set()
 
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(serve(),), daemon=True, name="envace-mcp")
+        self.thread = threading.Thread(
+            target=self.loop.run_until_complete, args=(serve(),), daemon=True, name="envace-mcp"
+        )
         self.thread.start()
         if not self._ready.wait(start_timeout) or self.session is None:
             self.close()
@@ -168,7 +171,7 @@ class MCPBackend:
     def tools(self) -> Sequence[ToolSpec]:
         return list(self._specs.values())
 
-    def reset(self, task: "Task | None" = None, seed: int | None = None) -> None:
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         try:
             self._start_episode(task)
         except MCPError:
@@ -177,7 +180,7 @@ class MCPBackend:
             self._drop()
             self._start_episode(task)
 
-    def _start_episode(self, task: "Task | None") -> None:
+    def _start_episode(self, task: Task | None) -> None:
         conn = self._connect()
         self.call_count = 0
         self._ok_calls = []
@@ -198,15 +201,23 @@ class MCPBackend:
         if error is not None:
             return ToolResult(call, None, error)
         if self._broken or self._conn is None:
-            return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, "the MCP server failed earlier in this episode; it restarts at the next reset")
+            return ToolResult.failure(
+                call,
+                ErrorCode.TOOL_EXECUTION_ERROR,
+                "the MCP server failed earlier in this episode; it restarts at the next reset",
+            )
         try:
             payload, is_error = self._invoke(self._conn, call.name, call.arguments)
         except TimeoutError:
             self._drop()
-            return ToolResult.failure(call, ErrorCode.TOOL_TIMEOUT, f"{call.name}: no answer from the MCP server within {self.timeout:g}s")
+            return ToolResult.failure(
+                call, ErrorCode.TOOL_TIMEOUT, f"{call.name}: no answer from the MCP server within {self.timeout:g}s"
+            )
         except Exception as exc:  # the server died or the transport broke: contained
             self._drop()
-            return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, f"MCP server failed: {type(exc).__name__}: {exc}")
+            return ToolResult.failure(
+                call, ErrorCode.TOOL_EXECUTION_ERROR, f"MCP server failed: {type(exc).__name__}: {exc}"
+            )
         if is_error:
             err = payload.get("error", {}) if isinstance(payload, dict) else {}
             code = err.get("code")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..calls import ErrorCode, ToolCall
 from ..tools import ToolSpec
@@ -89,8 +90,10 @@ class PythonBackend:
             meta = getattr(fn, _TOOL_ATTR, None) or {"name": fn.__name__}
             spec = ToolSpec.from_function(fn, name=meta["name"])
             self._functions[spec.name] = (fn, spec)
-        self._all_specs = {**{n: s for n, (_, s) in self.toolkit_cls.tool_methods().items()},
-                           **{n: s for n, (_, s) in self._functions.items()}}
+        self._all_specs = {
+            **{n: s for n, (_, s) in self.toolkit_cls.tool_methods().items()},
+            **{n: s for n, (_, s) in self._functions.items()},
+        }
         self._specs = dict(self._all_specs)
         self._toolkit = self.toolkit_cls({})
         self.call_count = 0
@@ -101,7 +104,7 @@ class PythonBackend:
     def tools(self) -> Sequence[ToolSpec]:
         return list(self._specs.values())
 
-    def reset(self, task: "Task | None" = None, seed: int | None = None) -> None:
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         """Fresh state from the task's initial state; the episode's tools are the task's, if it lists any."""
         self._toolkit = self.toolkit_cls(task.initial_state if task is not None else {})  # Toolkit copies it
         self.call_count = 0
@@ -141,7 +144,7 @@ class PythonBackend:
     def state_hash(self) -> str:
         return state_digest(self._toolkit.state)
 
-    def copy(self) -> "PythonBackend":
+    def copy(self) -> PythonBackend:
         """An independent backend at the current state (for rehearsal from the current point)."""
         clone = copy.copy(self)
         clone._toolkit = self.toolkit_cls(self._toolkit.state)

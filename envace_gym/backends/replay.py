@@ -8,8 +8,9 @@ episode. Keying on the task and the occurrence keeps replay exact for stateful t
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..calls import CallError, ErrorCode, ToolCall, canonical_json
 from ..tools import ToolSpec
@@ -39,7 +40,9 @@ class ReplayBackend:
         write_back: append what the fallback answered, so the next run replays it (recording).
     """
 
-    def __init__(self, path: str | Path, fallback: Backend | None = None, on_miss: str = "error", write_back: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, fallback: Backend | None = None, on_miss: str = "error", write_back: bool = False
+    ) -> None:
         if on_miss not in ("error", "fallback"):
             raise ValueError(f"on_miss must be 'error' or 'fallback', got {on_miss!r}")
         if on_miss == "fallback" and fallback is None:
@@ -49,7 +52,7 @@ class ReplayBackend:
         self.on_miss = on_miss
         self.write_back = write_back
         self.entries = self._load()
-        self.task: "Task | None" = None
+        self.task: Task | None = None
         self.tools: Sequence[ToolSpec] = []
         self.call_count = 0
         self.hits = self.misses = 0
@@ -69,11 +72,13 @@ class ReplayBackend:
                     key = _key(rec["task_id"], rec["name"], rec["arguments"], int(rec["occurrence"]))
                     rec["payload"]  # noqa: B018 - required field
                 except (ValueError, KeyError, TypeError) as exc:
-                    raise ReplayFileError(f"{self.path}:{lineno}: not a replay entry ({type(exc).__name__}: {exc})") from None
+                    raise ReplayFileError(
+                        f"{self.path}:{lineno}: not a replay entry ({type(exc).__name__}: {exc})"
+                    ) from None
                 entries[key] = rec
         return entries
 
-    def reset(self, task: "Task | None" = None, seed: int | None = None) -> None:
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         self.task = task
         self.tools = list(task.tool_specs) if task is not None else []
         self.call_count = 0
@@ -101,7 +106,11 @@ class ReplayBackend:
         else:
             self.misses += 1
             if self.on_miss == "error":
-                return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, f"replay miss: no cached result for {call.name} (occurrence {occurrence + 1})")
+                return ToolResult.failure(
+                    call,
+                    ErrorCode.TOOL_EXECUTION_ERROR,
+                    f"replay miss: no cached result for {call.name} (occurrence {occurrence + 1})",
+                )
             result = self.fallback.execute(call)  # type: ignore[union-attr]
             if self.write_back:
                 self._append(task_id, call, occurrence, result)
@@ -115,10 +124,25 @@ class ReplayBackend:
             return ToolResult(call, payload)
         err = payload.get("error", {}) if isinstance(payload, dict) else {}
         code = err.get("code", ErrorCode.TOOL_EXECUTION_ERROR.value)
-        return ToolResult(call, None, CallError(ErrorCode(code) if code in ErrorCode.__members__ else ErrorCode.TOOL_EXECUTION_ERROR, err.get("message", ""), call.name))
+        return ToolResult(
+            call,
+            None,
+            CallError(
+                ErrorCode(code) if code in ErrorCode.__members__ else ErrorCode.TOOL_EXECUTION_ERROR,
+                err.get("message", ""),
+                call.name,
+            ),
+        )
 
     def _append(self, task_id: str, call: ToolCall, occurrence: int, result: ToolResult) -> None:
-        rec = {"task_id": task_id, "name": call.name, "arguments": call.arguments, "occurrence": occurrence, "ok": result.ok, "payload": result.payload()}
+        rec = {
+            "task_id": task_id,
+            "name": call.name,
+            "arguments": call.arguments,
+            "occurrence": occurrence,
+            "ok": result.ok,
+            "payload": result.payload(),
+        }
         self.entries[_key(task_id, call.name, call.arguments, occurrence)] = rec
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as fh:

@@ -11,7 +11,7 @@ Data, stateful API classes and checker functions come from the installed ``bfcl-
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from envace_gym.backends import register_backend
 from envace_gym.tasks import TaskSuite, register_reward_basis
@@ -26,7 +26,7 @@ register_backend("bfcl/multi_turn", "envace_gym.envs.bfcl.backend:make_multi_tur
 register_backend("bfcl/single_turn", "envace_gym.envs.bfcl.backend:make_single_turn_backend", overwrite=True)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_suite(category: str) -> TaskSuite:
     """All tasks of one BFCL category (built once per process); raises ``ValueError`` for an unknown one."""
     check_category(category)

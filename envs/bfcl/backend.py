@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from envace_gym.backends.base import ToolResult, state_digest, validate_call
 from envace_gym.calls import ErrorCode, ToolCall
@@ -21,7 +22,14 @@ from .world import BFCLWorld, Outcome, public_state, to_json
 if TYPE_CHECKING:
     from envace_gym.tasks import Task
 
-__all__ = ["BFCLBackend", "RecordingBackend", "ACKNOWLEDGEMENT", "result_content", "make_multi_turn_backend", "make_single_turn_backend"]
+__all__ = [
+    "BFCLBackend",
+    "RecordingBackend",
+    "ACKNOWLEDGEMENT",
+    "result_content",
+    "make_multi_turn_backend",
+    "make_single_turn_backend",
+]
 
 #: What a valid single-turn call returns: BFCL scores the calls themselves, so there is no result to show.
 ACKNOWLEDGEMENT = {"status": "ok", "message": "call recorded; BFCL functions of this category are not executed"}
@@ -65,7 +73,7 @@ class BFCLBackend:
             raise RuntimeError("BFCLBackend: reset(task) first")
         return self._world
 
-    def reset(self, task: "Task | None" = None, seed: int | None = None) -> None:
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         if task is None:
             raise ValueError("BFCLBackend needs a task: its involved classes and initial configuration")
         self._task = task
@@ -82,10 +90,14 @@ class BFCLBackend:
         outcome = self._run(call)
         if outcome is None:
             self._rebuild()
-            return ToolResult.failure(call, ErrorCode.TOOL_TIMEOUT, f"{call.name} did not finish within {self.timeout:g}s")
+            return ToolResult.failure(
+                call, ErrorCode.TOOL_TIMEOUT, f"{call.name} did not finish within {self.timeout:g}s"
+            )
         self._done.append(call)
         if outcome.error is not None:
-            return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, f"{type(outcome.error).__name__}: {outcome.error}")
+            return ToolResult.failure(
+                call, ErrorCode.TOOL_EXECUTION_ERROR, f"{type(outcome.error).__name__}: {outcome.error}"
+            )
         try:
             return ToolResult(call, result_content(outcome.value))
         except (TypeError, ValueError) as exc:
@@ -97,7 +109,7 @@ class BFCLBackend:
     def state_hash(self) -> str:
         return state_digest(self.state())
 
-    def copy(self) -> "BFCLBackend":
+    def copy(self) -> BFCLBackend:
         """An independent backend at the current state (rehearsal from the current point)."""
         clone = copy.copy(self)
         clone._world = copy.deepcopy(self._world)
@@ -131,7 +143,7 @@ class BFCLBackend:
             self._world.call(call.name, call.arguments)
 
 
-def new_world(task: "Task") -> BFCLWorld:
+def new_world(task: Task) -> BFCLWorld:
     """Fresh instances for a BFCL multi-turn task."""
     meta = task.metadata
     return BFCLWorld(meta["involved_classes"], task.initial_state, long_context=bool(meta.get("long_context")))
@@ -149,7 +161,7 @@ class RecordingBackend:
     def tools(self) -> Sequence[ToolSpec]:
         return list(self._specs.values())
 
-    def reset(self, task: "Task | None" = None, seed: int | None = None) -> None:
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         self._specs = {s.name: s for s in task.tool_specs} if task is not None else {}
         self._calls = []
         self.call_count = 0
@@ -168,7 +180,7 @@ class RecordingBackend:
     def state_hash(self) -> str:
         return state_digest(self.state())
 
-    def copy(self) -> "RecordingBackend":
+    def copy(self) -> RecordingBackend:
         clone = copy.copy(self)
         clone._calls = copy.deepcopy(self._calls)
         return clone

@@ -26,8 +26,15 @@ from .ground_truth import parse_call_string, reference_arguments
 from .hostlang import encode, host_language, string_typed_doc
 from .world import BFCLWorld
 
-__all__ = ["build_tasks", "single_turn_task", "multi_turn_task", "ground_truth_turns", "placeholder_call",
-           "IRRELEVANCE_ANSWER", "TURN_ANSWER"]
+__all__ = [
+    "build_tasks",
+    "single_turn_task",
+    "multi_turn_task",
+    "ground_truth_turns",
+    "placeholder_call",
+    "IRRELEVANCE_ANSWER",
+    "TURN_ANSWER",
+]
 
 IRRELEVANCE_ANSWER = "None of the available functions can do this, so I did not call any."
 TURN_ANSWER = "Done."
@@ -97,13 +104,17 @@ def _ground_truth_calls(entry: dict[str, Any], category: str, language: str | No
     docs = {d["name"]: d for d in entry["function"]}
     calls = []
     for answer in upstream.ground_truth(category, entry["id"]) or []:
-        (name, allowed), = answer.items()
+        ((name, allowed),) = answer.items()
         params = docs.get(name, {}).get("parameters", {})
         props = params.get("properties", {})
         args = reference_arguments(allowed, props, params.get("required", []))
         if language:
-            args = {k: encode(v, props.get(k, {}).get("type", "any"), (props.get(k, {}).get("items") or {}).get("type"), language)
-                    for k, v in args.items()}
+            args = {
+                k: encode(
+                    v, props.get(k, {}).get("type", "any"), (props.get(k, {}).get("items") or {}).get("type"), language
+                )
+                for k, v in args.items()
+            }
         calls.append(ToolCall(name, args))
     return calls
 
@@ -119,7 +130,9 @@ def placeholder_call(spec: ToolSpec) -> ToolCall:
         schema = spec.parameters.get("properties", {}).get(name, {})
         kind = schema.get("type")
         value = schema.get("default", (schema.get("enum") or [None])[0])
-        args[name] = value if value is not None else _PLACEHOLDERS.get(kind if isinstance(kind, str) else "string", "example")
+        args[name] = (
+            value if value is not None else _PLACEHOLDERS.get(kind if isinstance(kind, str) else "string", "example")
+        )
     return ToolCall(spec.name, args)
 
 
@@ -181,7 +194,14 @@ def _admit_ground_truth(tools: tuple[dict[str, Any], ...], calls: list[ToolCall]
 
 
 def _json_type(value: Any) -> str:
-    for kind, types in (("boolean", bool), ("integer", int), ("number", float), ("string", str), ("array", list), ("object", dict)):
+    for kind, types in (
+        ("boolean", bool),
+        ("integer", int),
+        ("number", float),
+        ("string", str),
+        ("array", list),
+        ("object", dict),
+    ):
         if isinstance(value, types):
             return kind
     return "null"

@@ -10,7 +10,8 @@ is scored when the last turn is answered (see :mod:`.scoring`); ``info["bfcl"]``
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from envace_gym.backends.base import Backend, ToolResult
 from envace_gym.calls import ErrorCode, ToolCall
@@ -56,8 +57,9 @@ class _TurnGate:
         if call.name in self._hidden():
             self.inner.call_count += 1
             available = ", ".join(sorted(s.name for s in self.tools)) or "none"
-            return ToolResult.failure(call, ErrorCode.TOOL_NOT_AVAILABLE,
-                                      f"tool {call.name!r} is not available; available: {available}")
+            return ToolResult.failure(
+                call, ErrorCode.TOOL_NOT_AVAILABLE, f"tool {call.name!r} is not available; available: {available}"
+            )
         return self.inner.execute(call)
 
 

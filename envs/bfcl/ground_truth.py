@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import ast
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["GroundTruthError", "parse_call_string", "reference_arguments", "OPTIONAL"]
 
@@ -39,7 +40,9 @@ def parse_call_string(text: str) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
     return node.func.id, args, kwargs
 
 
-def reference_arguments(allowed: Mapping[str, list[Any]], properties: Mapping[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
+def reference_arguments(
+    allowed: Mapping[str, list[Any]], properties: Mapping[str, Any], required: Sequence[str] = ()
+) -> dict[str, Any]:
     """One concrete argument dict from BFCL's ``{param: [allowed values]}``: the first choice of each.
 
     A required parameter whose first choice is ``""`` takes its first real choice, or ``""`` itself when it

@@ -45,7 +45,9 @@ def _java(value: Any, kind: str, items: str | None) -> str:
     if kind == "float" and isinstance(value, (int, float)):
         return f"{value}f"
     if kind in ("Array",) and isinstance(value, list):
-        return "new " + (items or "Object") + "[]{" + ", ".join(_java_element(v, items, quote=False) for v in value) + "}"
+        return (
+            "new " + (items or "Object") + "[]{" + ", ".join(_java_element(v, items, quote=False) for v in value) + "}"
+        )
     if kind == "ArrayList" and isinstance(value, list):
         if not value:
             return "new ArrayList<>()"
@@ -119,7 +121,11 @@ def string_typed_doc(doc: dict[str, Any], language: str) -> dict[str, Any]:
     out["description"] = f"{out.get('description', '')} (This function is written in {label} syntax.)".strip()
     for param in (out.get("parameters") or {}).get("properties", {}).values():
         host = param.get("type") or "any"
-        note = f" Pass a {label} {host} value written as source text." if host != "any" else f" Pass any {label} value written as source text."
+        note = (
+            f" Pass a {label} {host} value written as source text."
+            if host != "any"
+            else f" Pass any {label} value written as source text."
+        )
         if isinstance(param.get("items"), dict):
             note += f" Its elements are of type {param['items'].get('type', 'any')}."
         if host == "dict" and isinstance(param.get("properties"), dict):

@@ -8,7 +8,8 @@ changed copy, or ``None`` where it does not apply (nothing to swap, no argument 
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envace_gym.calls import ToolCall, format_calls
 from envace_gym.tasks import Task
@@ -113,7 +114,9 @@ def perturb(task: Task, name: str, turns: Turns | None = None) -> Turns | None:
     return PERTURBATIONS[name](base, task)
 
 
-def play(env: Any, task_id: str, turns: Turns, step_size: int = 16, answer: str = "Done.") -> tuple[float, dict[str, Any]]:
+def play(
+    env: Any, task_id: str, turns: Turns, step_size: int = 16, answer: str = "Done."
+) -> tuple[float, dict[str, Any]]:
     """Play ``turns`` in ``env`` (a BFCLEnv, maybe wrapped): each turn's calls in steps of ``step_size``, then
     ``answer``. Returns the final reward and info (``info["bfcl"]`` holds the verdict)."""
     env.reset(options={"task_id": task_id})

@@ -16,7 +16,8 @@ A verdict is BFCL's result dict cut to JSON: ``{"valid", "error_type", "error"}`
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from envace_gym.calls import ToolCall
 
@@ -27,10 +28,16 @@ from .world import BFCLWorld, official_result
 
 __all__ = ["verdict", "check_ast", "check_multi_turn", "UNFINISHED"]
 
-UNFINISHED = {"valid": False, "error_type": "envace:unfinished", "error": "the episode ended before the last turn's answer"}
+UNFINISHED = {
+    "valid": False,
+    "error_type": "envace:unfinished",
+    "error": "the episode ended before the last turn's answer",
+}
 
 
-def verdict(task: Any, attempted: Sequence[Sequence[ToolCall]], executed: Sequence[Sequence[ToolCall]], finished: bool) -> dict[str, Any]:
+def verdict(
+    task: Any, attempted: Sequence[Sequence[ToolCall]], executed: Sequence[Sequence[ToolCall]], finished: bool
+) -> dict[str, Any]:
     """BFCL's verdict on an episode of ``task``.
 
     Args:

@@ -16,7 +16,7 @@ import importlib.util
 import json
 import sys
 import types
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ class BFCLUnavailable(RuntimeError):
     """bfcl-eval is missing or does not have the files this env needs."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def package_dir() -> Path:
     """Where the installed ``bfcl_eval`` package lives (found without importing it)."""
     spec = importlib.util.find_spec("bfcl_eval")
@@ -70,13 +70,13 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-@lru_cache(maxsize=None)
+@cache
 def test_entries(category: str) -> tuple[dict[str, Any], ...]:
     """The test entries of one category (``BFCL_v4_<category>.json``, JSON Lines), in file order."""
     return tuple(_read_jsonl(_data_file(f"BFCL_v4_{category}.json")))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _entries_by_id(category: str) -> dict[str, dict[str, Any]]:
     return {e["id"]: e for e in test_entries(category)}
 
@@ -89,7 +89,7 @@ def entry(category: str, entry_id: str) -> dict[str, Any]:
         raise KeyError(f"BFCL category {category!r} has no entry {entry_id!r}") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _ground_truth_by_id(category: str) -> dict[str, Any]:
     path = package_dir() / "data" / "possible_answer" / f"BFCL_v4_{category}.json"
     if not path.is_file():  # relevance and irrelevance categories have none
@@ -106,7 +106,7 @@ def _backend_config() -> types.ModuleType:
     return importlib.import_module("bfcl_eval.constants.executable_backend_config")
 
 
-@lru_cache(maxsize=None)
+@cache
 def func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
     """The function docs of one stateful API class (``multi_turn_func_doc/<file>.json``)."""
     mapping = _backend_config().MULTI_TURN_FUNC_DOC_FILE_MAPPING
@@ -115,7 +115,7 @@ def func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
     return tuple(_read_jsonl(_data_file("multi_turn_func_doc", mapping[class_name])))
 
 
-@lru_cache(maxsize=None)
+@cache
 def api_class(class_name: str) -> type:
     """The stateful API class (plain Python) behind a multi-turn ``involved_classes`` name."""
     mapping = _backend_config().CLASS_FILE_PATH_MAPPING
@@ -135,7 +135,7 @@ class _KeepDottedNames(dict):
         return types.SimpleNamespace(underscore_to_dot=False)
 
 
-@lru_cache(maxsize=None)
+@cache
 def ast_checker() -> types.ModuleType:
     """BFCL's own AST checker module (``ast_checker``, ``simple_function_checker``...), loaded by path."""
     path = package_dir() / "eval_checker" / "ast_eval" / "ast_checker.py"

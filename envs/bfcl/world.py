@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from . import upstream
 
@@ -30,7 +31,9 @@ class Outcome:
 class BFCLWorld:
     """Fresh instances of ``involved_classes`` loaded from ``initial_config`` (BFCL's ``_load_scenario``)."""
 
-    def __init__(self, involved_classes: Sequence[str], initial_config: Mapping[str, Any], long_context: bool = False) -> None:
+    def __init__(
+        self, involved_classes: Sequence[str], initial_config: Mapping[str, Any], long_context: bool = False
+    ) -> None:
         self.instances: dict[str, Any] = {}
         self.methods: dict[str, Any] = {}
         for name in involved_classes:

@@ -8,7 +8,7 @@ same tasks; the test split uses held-out entities and phrasings.
 from __future__ import annotations
 
 import importlib
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from envace_gym.tasks import TaskSuite
 
@@ -16,7 +16,7 @@ DOMAINS = ("bank", "files", "retail", "travel")
 SPLIT_SIZES = {"train": 600, "test": 150}  # per domain: 2,400 train and 600 test tasks in the mix
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_domain(domain: str) -> TaskSuite:
     """All splits of one builtin domain."""
     if domain not in DOMAINS:

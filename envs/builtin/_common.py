@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from envace_gym.backends import PythonBackend, Toolkit
 from envace_gym.calls import ToolCall

@@ -18,13 +18,45 @@ RATES = {"EUR": 1.0, "USD": 1.08, "GBP": 0.85, "CHF": 0.95, "JPY": 162.0}  # uni
 
 # Disjoint name pools so the test split only has people never seen in training.
 _FIRST = {
-    "train": ["Ana", "Bruno", "Carla", "Diego", "Elena", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kira",
-              "Luis", "Mona", "Nils", "Olga", "Pavel", "Rosa", "Sami", "Tara", "Umar"],
+    "train": [
+        "Ana",
+        "Bruno",
+        "Carla",
+        "Diego",
+        "Elena",
+        "Farid",
+        "Greta",
+        "Hugo",
+        "Ines",
+        "Jonas",
+        "Kira",
+        "Luis",
+        "Mona",
+        "Nils",
+        "Olga",
+        "Pavel",
+        "Rosa",
+        "Sami",
+        "Tara",
+        "Umar",
+    ],
     "test": ["Vera", "Wim", "Xenia", "Yusuf", "Zoe", "Anouk", "Bilal", "Chiara"],
 }
 _LAST = {
-    "train": ["Silva", "Costa", "Novak", "Berg", "Duarte", "Kowalski", "Moreau", "Haddad", "Lind", "Ferreira",
-              "Rossi", "Weber"],
+    "train": [
+        "Silva",
+        "Costa",
+        "Novak",
+        "Berg",
+        "Duarte",
+        "Kowalski",
+        "Moreau",
+        "Haddad",
+        "Lind",
+        "Ferreira",
+        "Rossi",
+        "Weber",
+    ],
     "test": ["Okafor", "Tanaka", "Petrov", "Lindqvist", "Mendes"],
 }
 _PAYEES = {"train": ["landlord", "gym", "plumber", "school"], "test": ["dentist", "florist"]}
@@ -156,9 +188,21 @@ def _world(rng: random.Random, split: str, people: int = 3) -> tuple[dict[str, A
     ids = sorted(accounts)
     for n in range(1, rng.randint(3, 6)):
         src, dst = rng.sample(ids, 2)
-        transactions.append({"id": f"T-{n}", "from": src, "to": dst, "amount": round(rng.uniform(5, 300), 2),
-                             "memo": rng.choice(["rent", "dinner", "refund", "gift", ""])})
-    state = {"accounts": accounts, "transactions": transactions, "next_txn": len(transactions) + 1, "rates": dict(RATES)}
+        transactions.append(
+            {
+                "id": f"T-{n}",
+                "from": src,
+                "to": dst,
+                "amount": round(rng.uniform(5, 300), 2),
+                "memo": rng.choice(["rent", "dinner", "refund", "gift", ""]),
+            }
+        )
+    state = {
+        "accounts": accounts,
+        "transactions": transactions,
+        "next_txn": len(transactions) + 1,
+        "rates": dict(RATES),
+    }
     return state, names
 
 
@@ -176,22 +220,31 @@ _T = {
         "test": ["Could you check what account {acc} currently holds?"],
     },
     "my_balance": {
-        "train": ["I'm {name}. What's the balance of my {kind} account?",
-                  "This is {name} -- how much is in my {kind} account?"],
+        "train": [
+            "I'm {name}. What's the balance of my {kind} account?",
+            "This is {name} -- how much is in my {kind} account?",
+        ],
         "test": ["Hello, {name} here. Please tell me how much my {kind} account holds."],
     },
     "both_balances": {
-        "train": ["What are the balances of accounts {a} and {b}?", "Check accounts {a} and {b} for me: how much is in each?"],
+        "train": [
+            "What are the balances of accounts {a} and {b}?",
+            "Check accounts {a} and {b} for me: how much is in each?",
+        ],
         "test": ["I need the current balances for {a} as well as {b}."],
     },
     "pay_person": {
-        "train": ["I'm {name}. Send {amount} from my checking account to {other}'s checking account.",
-                  "Please transfer {amount} from my checking to the checking account of {other}. My name is {name}."],
+        "train": [
+            "I'm {name}. Send {amount} from my checking account to {other}'s checking account.",
+            "Please transfer {amount} from my checking to the checking account of {other}. My name is {name}.",
+        ],
         "test": ["{name} speaking: move {amount} out of my checking into {other}'s checking, please."],
     },
     "half_to_savings": {
-        "train": ["I'm {name}. Move half of my checking balance into my savings account.",
-                  "My name is {name}; transfer 50% of what's in my checking account to my savings."],
+        "train": [
+            "I'm {name}. Move half of my checking balance into my savings account.",
+            "My name is {name}; transfer 50% of what's in my checking account to my savings.",
+        ],
         "test": ["{name} here -- put exactly half of my checking money into savings."],
     },
     "convert": {
@@ -199,29 +252,43 @@ _T = {
         "test": ["If I exchange {amount} {src}, how many {dst} do I get?"],
     },
     "last_txn": {
-        "train": ["What was the most recent transaction on account {acc}? Give me its id.",
-                  "Tell me the id of the latest transaction involving account {acc}."],
+        "train": [
+            "What was the most recent transaction on account {acc}? Give me its id.",
+            "Tell me the id of the latest transaction involving account {acc}.",
+        ],
         "test": ["Which transaction id is the newest one on account {acc}?"],
     },
     "no_tool": {
-        "train": ["I plan to pay my {payee} {amount} next week. Don't do anything yet, just repeat the amount back to me.",
-                  "Note for later: the {payee} bill is {amount}. No action needed now, only confirm the amount."],
+        "train": [
+            "I plan to pay my {payee} {amount} next week. Don't do anything yet, just repeat the amount back to me.",
+            "Note for later: the {payee} bill is {amount}. No action needed now, only confirm the amount.",
+        ],
         "test": ["Just echo this back, no transfers: my {payee} wants {amount}."],
     },
     "followup": {
-        "train": ["I'm {name}. How much is in my savings account?",
-                  "Hi, {name} here. What's my savings balance?"],
+        "train": ["I'm {name}. How much is in my savings account?", "Hi, {name} here. What's my savings balance?"],
         "test": ["{name} calling: could you look up my savings balance?"],
     },
     "followup_2": {
-        "train": ["Thanks. Now move {amount} from my checking into that savings account.",
-                  "Great, please also transfer {amount} from my checking to it."],
+        "train": [
+            "Thanks. Now move {amount} from my checking into that savings account.",
+            "Great, please also transfer {amount} from my checking to it.",
+        ],
         "test": ["OK -- top it up with {amount} from my checking account."],
     },
 }
 
-_KINDS = [("balance", 15), ("my_balance", 15), ("both_balances", 15), ("pay_person", 15), ("half_to_savings", 10),
-          ("convert", 8), ("last_txn", 7), ("no_tool", 10), ("followup", 15)]
+_KINDS = [
+    ("balance", 15),
+    ("my_balance", 15),
+    ("both_balances", 15),
+    ("pay_person", 15),
+    ("half_to_savings", 10),
+    ("convert", 8),
+    ("last_txn", 7),
+    ("no_tool", 10),
+    ("followup", 15),
+]
 
 
 def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
@@ -245,13 +312,17 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (found,) = rec.step(("find_accounts", {"owner": me}))
         acc = next(a["account_id"] for a in found if a["type"] == acc_kind)
         (res,) = rec.step(("get_balance", {"account_id": acc}))
-        rec.answer(f"Your {acc_kind} account {acc} holds {_money(res['balance'])} {res['currency']}.", [_money(res["balance"])])
+        rec.answer(
+            f"Your {acc_kind} account {acc} holds {_money(res['balance'])} {res['currency']}.", [_money(res["balance"])]
+        )
         turns = [t("my_balance", name=me, kind=acc_kind)]
     elif kind == "both_balances":
         a, b = rng.sample(sorted(state["accounts"]), 2)
         ra, rb = rec.step(("get_balance", {"account_id": a}), ("get_balance", {"account_id": b}))
-        rec.answer(f"{a}: {_money(ra['balance'])} {ra['currency']}; {b}: {_money(rb['balance'])} {rb['currency']}.",
-                   [_money(ra["balance"]), _money(rb["balance"])])
+        rec.answer(
+            f"{a}: {_money(ra['balance'])} {ra['currency']}; {b}: {_money(rb['balance'])} {rb['currency']}.",
+            [_money(ra["balance"]), _money(rb["balance"])],
+        )
         turns = [t("both_balances", a=a, b=b)]
     elif kind == "pay_person":
         src = _account_of(state, me, "checking")
@@ -260,7 +331,9 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         src = next(a["account_id"] for a in mine if a["type"] == "checking")
         dst = next(a["account_id"] for a in theirs if a["type"] == "checking")
         (res,) = rec.step(("transfer", {"from_account": src, "to_account": dst, "amount": amount}))
-        rec.answer(f"Done: transaction {res['transaction_id']} sent {_money(amount)} to {other}.", [res["transaction_id"]])
+        rec.answer(
+            f"Done: transaction {res['transaction_id']} sent {_money(amount)} to {other}.", [res["transaction_id"]]
+        )
         turns = [t("pay_person", name=me, other=other, amount=_money(amount))]
         reward = ["call_match", "state_match", "answer_match"]
     elif kind == "half_to_savings":
@@ -270,7 +343,9 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (bal,) = rec.step(("get_balance", {"account_id": src}))
         half = round(bal["balance"] / 2, 2)
         (res,) = rec.step(("transfer", {"from_account": src, "to_account": dst, "amount": half}))
-        rec.answer(f"Moved {_money(half)} to savings; checking now holds {_money(res['from_balance'])}.", [_money(half)])
+        rec.answer(
+            f"Moved {_money(half)} to savings; checking now holds {_money(res['from_balance'])}.", [_money(half)]
+        )
         turns = [t("half_to_savings", name=me)]
         reward = ["call_match", "state_match", "answer_match"]
     elif kind == "convert":
@@ -298,13 +373,16 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         rec.answer(f"Your savings account {dst} holds {_money(bal['balance'])}.", [_money(bal["balance"])])
         amount = round(min(state["accounts"][src]["balance"] * 0.3, 500), 0)
         (res,) = rec.step(("transfer", {"from_account": src, "to_account": dst, "amount": amount}))
-        rec.answer(f"Transferred {_money(amount)}; savings now holds {_money(res['to_balance'])}.", [_money(res["to_balance"])])
+        rec.answer(
+            f"Transferred {_money(amount)}; savings now holds {_money(res['to_balance'])}.", [_money(res["to_balance"])]
+        )
         turns = [t("followup", name=me), t("followup_2", amount=_money(amount))]
         reward = ["call_match", "state_match", "answer_match"]
     else:  # pragma: no cover - _KINDS and this switch are kept in step
         raise ValueError(kind)
-    return rec.build(id=task_id, domain=DOMAIN, split=split, user_turns=turns, reward=reward, system=SYSTEM,
-                     metadata={"kind": kind})
+    return rec.build(
+        id=task_id, domain=DOMAIN, split=split, user_turns=turns, reward=reward, system=SYSTEM, metadata={"kind": kind}
+    )
 
 
 def generate(split: str, count: int) -> list[Task]:

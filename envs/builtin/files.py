@@ -14,32 +14,136 @@ from ._common import ReferenceRecorder, generate_tasks, pick_template
 
 DOMAIN = "files"
 BACKEND = f"builtin/{DOMAIN}"
-SYSTEM = ("You are a file-system assistant: use the tools to inspect and change the user's files, where "
-          "every path is absolute and each user's home folder is /home/<user>.")
+SYSTEM = (
+    "You are a file-system assistant: use the tools to inspect and change the user's files, where "
+    "every path is absolute and each user's home folder is /home/<user>."
+)
 
 # Disjoint entity pools, so the test split only has users, names and words never seen in training.
 _USERS = {
-    "train": ["ana", "bruno", "carla", "diego", "elena", "farid", "greta", "hugo", "ines", "jonas", "kira",
-              "luis", "mona", "nils", "olga", "pavel"],
+    "train": [
+        "ana",
+        "bruno",
+        "carla",
+        "diego",
+        "elena",
+        "farid",
+        "greta",
+        "hugo",
+        "ines",
+        "jonas",
+        "kira",
+        "luis",
+        "mona",
+        "nils",
+        "olga",
+        "pavel",
+    ],
     "test": ["vera", "wim", "xenia", "yusuf", "zoe", "anouk", "bilal", "chiara"],
 }
 _FOLDERS = {
-    "train": ["docs", "projects", "photos", "music", "work", "recipes", "taxes", "school", "archive", "backup",
-              "reports", "garden"],
+    "train": [
+        "docs",
+        "projects",
+        "photos",
+        "music",
+        "work",
+        "recipes",
+        "taxes",
+        "school",
+        "archive",
+        "backup",
+        "reports",
+        "garden",
+    ],
     "test": ["papers", "drafts", "invoices", "travel", "vault", "letters", "attic", "clients"],
 }
 _STEMS = {
-    "train": ["budget", "todo", "report", "letter", "plan", "recipe", "summary", "minutes", "roster", "schedule",
-              "inventory", "contacts", "expenses", "goals", "playlist", "receipts", "timeline", "wishlist"],
-    "test": ["ledger", "memo", "agenda", "itinerary", "checklist", "journal", "quotes", "estimate", "manifest",
-             "syllabus", "forecast", "payroll"],
+    "train": [
+        "budget",
+        "todo",
+        "report",
+        "letter",
+        "plan",
+        "recipe",
+        "summary",
+        "minutes",
+        "roster",
+        "schedule",
+        "inventory",
+        "contacts",
+        "expenses",
+        "goals",
+        "playlist",
+        "receipts",
+        "timeline",
+        "wishlist",
+    ],
+    "test": [
+        "ledger",
+        "memo",
+        "agenda",
+        "itinerary",
+        "checklist",
+        "journal",
+        "quotes",
+        "estimate",
+        "manifest",
+        "syllabus",
+        "forecast",
+        "payroll",
+    ],
 }
 _WORDS = {
-    "train": ["amber", "birch", "cobalt", "delta", "ember", "falcon", "garnet", "harbor", "indigo", "juniper",
-              "kestrel", "lagoon", "meadow", "nectar", "orchid", "pepper", "quartz", "raven", "saffron", "timber",
-              "umber", "velvet", "willow", "yarrow", "zephyr", "acorn", "breeze", "cedar", "dune", "fern"],
-    "test": ["glacier", "hazel", "iris", "jasper", "kelp", "lotus", "marble", "nutmeg", "onyx", "poppy", "quill",
-             "russet", "sierra", "thistle", "tundra"],
+    "train": [
+        "amber",
+        "birch",
+        "cobalt",
+        "delta",
+        "ember",
+        "falcon",
+        "garnet",
+        "harbor",
+        "indigo",
+        "juniper",
+        "kestrel",
+        "lagoon",
+        "meadow",
+        "nectar",
+        "orchid",
+        "pepper",
+        "quartz",
+        "raven",
+        "saffron",
+        "timber",
+        "umber",
+        "velvet",
+        "willow",
+        "yarrow",
+        "zephyr",
+        "acorn",
+        "breeze",
+        "cedar",
+        "dune",
+        "fern",
+    ],
+    "test": [
+        "glacier",
+        "hazel",
+        "iris",
+        "jasper",
+        "kelp",
+        "lotus",
+        "marble",
+        "nutmeg",
+        "onyx",
+        "poppy",
+        "quill",
+        "russet",
+        "sierra",
+        "thistle",
+        "tundra",
+    ],
 }
 _EXTS = (".txt", ".md", ".csv", ".log")  # not entities: shared by both splits
 
@@ -162,7 +266,7 @@ class FilesToolkit(Toolkit):
         else:
             if d.startswith(s + "/"):
                 raise ValueError(f"cannot move folder {s!r} into itself")
-            moved = lambda p: d + p[len(s):] if p == s or p.startswith(s + "/") else p  # noqa: E731
+            moved = lambda p: d + p[len(s) :] if p == s or p.startswith(s + "/") else p  # noqa: E731
             self.state["files"] = {moved(p): text for p, text in self._files.items()}
             self._set_dirs([moved(p) for p in self.state["dirs"]])
         return {"from": s, "to": d, "type": kind}
@@ -306,8 +410,10 @@ _T = {
         "test": ["I need an empty folder at {path}; set it up for me."],
     },
     "write": {
-        "train": ['Create the file {path} with the text "{content}".',
-                  'Write a new file {path} containing exactly: "{content}"'],
+        "train": [
+            'Create the file {path} with the text "{content}".',
+            'Write a new file {path} containing exactly: "{content}"',
+        ],
         "test": ['Save "{content}" as a new file at {path}.'],
     },
     "delete": {
@@ -315,28 +421,35 @@ _T = {
         "test": ["Get rid of {path} for me."],
     },
     "find_read": {
-        "train": ["Find the file called {name} and tell me its first line.",
-                  "I'm {user}. Somewhere I have a file named {name} -- what's the first line in it?"],
+        "train": [
+            "Find the file called {name} and tell me its first line.",
+            "I'm {user}. Somewhere I have a file named {name} -- what's the first line in it?",
+        ],
         "test": ["Locate {name} wherever it is and read me the opening line."],
     },
     "find_size": {
-        "train": ["How many characters does the file {name} have? I don't remember where I saved it.",
-                  "Find {name} and tell me its size in characters."],
+        "train": [
+            "How many characters does the file {name} have? I don't remember where I saved it.",
+            "Find {name} and tell me its size in characters.",
+        ],
         "test": ["There's a file named {name} somewhere; how long is it, in characters?"],
     },
     "find_move": {
-        "train": ["Move the file {name} into the folder {dest}.",
-                  "I'm {user}. Please put {name} in {dest}, keeping its name."],
+        "train": [
+            "Move the file {name} into the folder {dest}.",
+            "I'm {user}. Please put {name} in {dest}, keeping its name.",
+        ],
         "test": ["Could you relocate {name} to {dest}? Its name should stay the same."],
     },
     "find_delete": {
-        "train": ["Delete the file called {name}; I'm not sure which folder it is in.",
-                  "Find {name} and remove it."],
+        "train": ["Delete the file called {name}; I'm not sure which folder it is in.", "Find {name} and remove it."],
         "test": ["Track down {name} and get rid of it, please."],
     },
     "find_copy": {
-        "train": ["Make a copy of {name} in {dest}, with the same name.",
-                  "I'm {user}. Copy the file {name} into the folder {dest}, keeping the name."],
+        "train": [
+            "Make a copy of {name} in {dest}, with the same name.",
+            "I'm {user}. Copy the file {name} into the folder {dest}, keeping the name.",
+        ],
         "test": ["Duplicate {name} into {dest} under the same file name, leaving the original in place."],
     },
     "read_two": {
@@ -360,8 +473,10 @@ _T = {
         "test": ["OK -- give it the new name {new}, keeping it where it is."],
     },
     "followup_read": {
-        "train": ["I'm {user}. What files are in my {folder} folder?",
-                  "Hi, {user} here. Which files do I have in my {folder} folder?"],
+        "train": [
+            "I'm {user}. What files are in my {folder} folder?",
+            "Hi, {user} here. Which files do I have in my {folder} folder?",
+        ],
         "test": ["This is {user}: list what's inside my {folder} folder."],
     },
     "followup_read_2": {
@@ -369,19 +484,25 @@ _T = {
         "test": ["Open {name} from that folder and read it to me."],
     },
     "no_tool": {
-        "train": ["Heads-up for later, nothing to do yet: I'm going to save my essay as {path} tonight. "
-                  "Just read the path back to me.",
-                  "No files need to be touched right now. Please only repeat this path back to me: {path}"],
+        "train": [
+            "Heads-up for later, nothing to do yet: I'm going to save my essay as {path} tonight. "
+            "Just read the path back to me.",
+            "No files need to be touched right now. Please only repeat this path back to me: {path}",
+        ],
         "test": ["Don't create or change anything for the moment; just confirm you noted the path {path}."],
     },
     "largest": {
-        "train": ["Which file in {path} is the largest?",
-                  "What's the biggest file in the folder {path}, and how big is it?"],
+        "train": [
+            "Which file in {path} is the largest?",
+            "What's the biggest file in the folder {path}, and how big is it?",
+        ],
         "test": ["Among the files in {path}, which one has the most characters?"],
     },
     "move_all": {
-        "train": ["Move every file in {src} into {dst}.",
-                  "Please move all the files from {src} to {dst}, keeping their names."],
+        "train": [
+            "Move every file in {src} into {dst}.",
+            "Please move all the files from {src} to {dst}, keeping their names.",
+        ],
         "test": ["Empty {src} by moving each of its files over to {dst}."],
     },
 }
@@ -389,14 +510,25 @@ _T = {
 # (kind, category, weight): categories follow the guide's mix (single 20, multi-step 30, parallel 15,
 # multi-turn 15, no-tool 10, other 10).
 _KINDS = [
-    ("read", "single", 4), ("size", "single", 4), ("list", "single", 4), ("mkdir", "single", 3),
-    ("write", "single", 3), ("delete", "single", 2),
-    ("find_read", "multi_step", 8), ("find_size", "multi_step", 5), ("find_move", "multi_step", 7),
-    ("find_delete", "multi_step", 4), ("find_copy", "multi_step", 6),
-    ("read_two", "parallel", 6), ("size_two", "parallel", 5), ("mkdir_two", "parallel", 4),
-    ("followup_rename", "multi_turn", 8), ("followup_read", "multi_turn", 7),
+    ("read", "single", 4),
+    ("size", "single", 4),
+    ("list", "single", 4),
+    ("mkdir", "single", 3),
+    ("write", "single", 3),
+    ("delete", "single", 2),
+    ("find_read", "multi_step", 8),
+    ("find_size", "multi_step", 5),
+    ("find_move", "multi_step", 7),
+    ("find_delete", "multi_step", 4),
+    ("find_copy", "multi_step", 6),
+    ("read_two", "parallel", 6),
+    ("size_two", "parallel", 5),
+    ("mkdir_two", "parallel", 4),
+    ("followup_rename", "multi_turn", 8),
+    ("followup_read", "multi_turn", 7),
     ("no_tool", "no_tool", 10),
-    ("largest", "other", 5), ("move_all", "other", 5),
+    ("largest", "other", 5),
+    ("move_all", "other", 5),
 ]
 KIND_CATEGORY = {kind: category for kind, category, _ in _KINDS}
 
@@ -482,8 +614,9 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     elif kind == "read_two":
         a, b = rng.sample(files, 2)
         ra, rb = rec.step(("read_file", {"path": a}), ("read_file", {"path": b}))
-        rec.answer(f"{a}: {_quote(ra['content'])}\n{b}: {_quote(rb['content'])}",
-                   _lines(ra["content"]) + _lines(rb["content"]))
+        rec.answer(
+            f"{a}: {_quote(ra['content'])}\n{b}: {_quote(rb['content'])}", _lines(ra["content"]) + _lines(rb["content"])
+        )
         turns = [t("read_two", a=a, b=b)]
     elif kind == "size_two":
         a, b = rng.sample(files, 2)
@@ -502,8 +635,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         new = f"{posixpath.dirname(path)}/{_fresh_name(rng, split, state, ext=posixpath.splitext(name)[1])}"
         rec.step(("move", {"src": path, "dst": new}))
         rec.answer(f"Renamed it: the file is now {new}.")
-        turns = [t("followup_rename", name=name, user=user),
-                 t("followup_rename_2", new=posixpath.basename(new))]
+        turns = [t("followup_rename", name=name, user=user), t("followup_rename_2", new=posixpath.basename(new))]
         reward = ["call_match", "state_match", "answer_match"]
     elif kind == "followup_read":
         folder = rng.choice(folders)
@@ -523,8 +655,10 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         infos = rec.step(*[("file_info", {"path": f"{folder}/{n}"}) for n in listing["files"]])
         best = max(infos, key=lambda r: r["size"])
         best_name = posixpath.basename(best["path"])
-        rec.answer(f"The largest file in {folder} is {best_name}, with {best['size']} characters.",
-                   [best_name, str(best["size"])])
+        rec.answer(
+            f"The largest file in {folder} is {best_name}, with {best['size']} characters.",
+            [best_name, str(best["size"])],
+        )
         turns = [t("largest", path=folder)]
     elif kind == "move_all":
         src = rng.choice([f for f in folders if len(_files_in(state, f)) >= 2])
@@ -535,8 +669,15 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         turns, reward = [t("move_all", src=src, dst=dst)], _CHANGES
     else:  # pragma: no cover - _KINDS and this switch are kept in step
         raise ValueError(kind)
-    return rec.build(id=task_id, domain=DOMAIN, split=split, user_turns=turns, reward=reward, system=SYSTEM,
-                     metadata={"kind": kind, "category": KIND_CATEGORY[kind]})
+    return rec.build(
+        id=task_id,
+        domain=DOMAIN,
+        split=split,
+        user_turns=turns,
+        reward=reward,
+        system=SYSTEM,
+        metadata={"kind": kind, "category": KIND_CATEGORY[kind]},
+    )
 
 
 def generate(split: str, count: int) -> list[Task]:

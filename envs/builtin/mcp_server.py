@@ -17,7 +17,8 @@ import json
 import socket
 import sys
 from collections import OrderedDict
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import anyio
 
@@ -95,18 +96,30 @@ def build_server(suite_name: str):
 
     service = DomainService(suite_name)
     control = [
-        types.Tool(name=RESET_TOOL, description="Reset the world to a task's initial state.",
-                   inputSchema={"type": "object", "properties": {"task_id": {"type": "string"}}, "required": ["task_id"]}),
-        types.Tool(name=STATE_HASH_TOOL, description="Digest of the world state.", inputSchema={"type": "object", "properties": {}}),
+        types.Tool(
+            name=RESET_TOOL,
+            description="Reset the world to a task's initial state.",
+            inputSchema={"type": "object", "properties": {"task_id": {"type": "string"}}, "required": ["task_id"]},
+        ),
+        types.Tool(
+            name=STATE_HASH_TOOL,
+            description="Digest of the world state.",
+            inputSchema={"type": "object", "properties": {}},
+        ),
     ]
 
     async def list_tools(ctx: Any, params: Any) -> Any:
-        tools = [types.Tool(name=t["name"], description=t.get("description", ""), inputSchema=t["parameters"]) for t in service.tools()]
+        tools = [
+            types.Tool(name=t["name"], description=t.get("description", ""), inputSchema=t["parameters"])
+            for t in service.tools()
+        ]
         return types.ListToolsResult(tools=tools + control)
 
     async def call_tool(ctx: Any, params: Any) -> Any:
         payload, is_error = service.call(params.name, dict(params.arguments or {}), _client_session(ctx))
-        return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(payload))], isError=is_error)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(payload))], isError=is_error
+        )
 
     return Server(f"envace-{suite_name}", on_list_tools=list_tools, on_call_tool=call_tool)
 
@@ -131,8 +144,10 @@ def serve_http(server: Any, port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m envace_gym.envs.builtin.mcp_server",
-                                     description="Serve the builtin domains' tools over MCP (stdio, or HTTP on 127.0.0.1).")
+    parser = argparse.ArgumentParser(
+        prog="python -m envace_gym.envs.builtin.mcp_server",
+        description="Serve the builtin domains' tools over MCP (stdio, or HTTP on 127.0.0.1).",
+    )
     parser.add_argument("domain", nargs="?", default="builtin", help="bank, files, retail, travel or builtin (all)")
     parser.add_argument("--http", action="store_true", help="streamable HTTP on 127.0.0.1 instead of stdio")
     parser.add_argument("--port", type=int, default=8765, help="HTTP port (0: any free one)")

@@ -24,26 +24,96 @@ _REASON_TEXT = {
 
 # Disjoint entity pools, so the test split only has people, products and places never seen in training.
 _FIRST = {
-    "train": ["Ana", "Bruno", "Carla", "Diego", "Elena", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kira",
-              "Luis", "Mona", "Nils", "Olga", "Pavel", "Rosa", "Sami", "Tara", "Umar"],
+    "train": [
+        "Ana",
+        "Bruno",
+        "Carla",
+        "Diego",
+        "Elena",
+        "Farid",
+        "Greta",
+        "Hugo",
+        "Ines",
+        "Jonas",
+        "Kira",
+        "Luis",
+        "Mona",
+        "Nils",
+        "Olga",
+        "Pavel",
+        "Rosa",
+        "Sami",
+        "Tara",
+        "Umar",
+    ],
     "test": ["Vera", "Wim", "Xenia", "Yusuf", "Zoe", "Anouk", "Bilal", "Chiara"],
 }
 _LAST = {
-    "train": ["Silva", "Costa", "Novak", "Berg", "Duarte", "Kowalski", "Moreau", "Haddad", "Lind", "Ferreira",
-              "Rossi", "Weber"],
+    "train": [
+        "Silva",
+        "Costa",
+        "Novak",
+        "Berg",
+        "Duarte",
+        "Kowalski",
+        "Moreau",
+        "Haddad",
+        "Lind",
+        "Ferreira",
+        "Rossi",
+        "Weber",
+    ],
     "test": ["Okafor", "Tanaka", "Petrov", "Lindqvist", "Mendes"],
 }
 _PRODUCTS = {
-    "train": ["Desk Lamp", "Wireless Mouse", "Mechanical Keyboard", "Yoga Mat", "Water Bottle", "Backpack",
-              "Running Shoes", "Coffee Mug", "Bluetooth Speaker", "Phone Case", "Notebook Set", "Table Fan",
-              "Electric Kettle", "Bath Towel", "Chef Knife", "Wall Clock", "Throw Pillow", "Sunglasses",
-              "Umbrella", "USB Charger", "Cutting Board", "Rain Jacket"],
-    "test": ["Espresso Grinder", "Hiking Poles", "Silk Scarf", "Desk Organizer", "Camping Lantern",
-             "Garden Hose", "Bike Helmet", "Ceramic Teapot"],
+    "train": [
+        "Desk Lamp",
+        "Wireless Mouse",
+        "Mechanical Keyboard",
+        "Yoga Mat",
+        "Water Bottle",
+        "Backpack",
+        "Running Shoes",
+        "Coffee Mug",
+        "Bluetooth Speaker",
+        "Phone Case",
+        "Notebook Set",
+        "Table Fan",
+        "Electric Kettle",
+        "Bath Towel",
+        "Chef Knife",
+        "Wall Clock",
+        "Throw Pillow",
+        "Sunglasses",
+        "Umbrella",
+        "USB Charger",
+        "Cutting Board",
+        "Rain Jacket",
+    ],
+    "test": [
+        "Espresso Grinder",
+        "Hiking Poles",
+        "Silk Scarf",
+        "Desk Organizer",
+        "Camping Lantern",
+        "Garden Hose",
+        "Bike Helmet",
+        "Ceramic Teapot",
+    ],
 }
 _STREETS = {
-    "train": ["Elm Street", "Harbor Road", "Maple Avenue", "Station Lane", "Mill Road", "Park Avenue",
-              "Church Street", "River Walk", "Oak Lane", "King Street"],
+    "train": [
+        "Elm Street",
+        "Harbor Road",
+        "Maple Avenue",
+        "Station Lane",
+        "Mill Road",
+        "Park Avenue",
+        "Church Street",
+        "River Walk",
+        "Oak Lane",
+        "King Street",
+    ],
     "test": ["Lantern Way", "Quarry Close", "Juniper Drive", "Orchard Row"],
 }
 _CITIES = {
@@ -109,13 +179,24 @@ class RetailToolkit(Toolkit):
         """
         order = self._order(order_id)
         items = [
-            {"product_id": it["product_id"], "name": self._product(it["product_id"])["name"],
-             "quantity": it["quantity"], "price": it["price"], "returned": it["returned"]}
+            {
+                "product_id": it["product_id"],
+                "name": self._product(it["product_id"])["name"],
+                "quantity": it["quantity"],
+                "price": it["price"],
+                "returned": it["returned"],
+            }
             for it in order["items"]
         ]
-        return {"order_id": order_id, "customer_id": order["customer_id"], "status": order["status"],
-                "items": items, "total": order["total"], "shipping_address": order["shipping_address"],
-                "refunded": order["refunded"]}
+        return {
+            "order_id": order_id,
+            "customer_id": order["customer_id"],
+            "status": order["status"],
+            "items": items,
+            "total": order["total"],
+            "shipping_address": order["shipping_address"],
+            "refunded": order["refunded"],
+        }
 
     @tool
     def get_product(self, product_id: str) -> dict:
@@ -227,9 +308,16 @@ def _world(rng: random.Random, split: str) -> tuple[dict[str, Any], str]:
     customers = {}
     for name in names:
         customers[_unique_id(rng, "C", 1000, 9999, used)] = {
-            "name": name, "email": name.lower().replace(" ", ".") + "@example.com", "address": _address(rng, split)}
+            "name": name,
+            "email": name.lower().replace(" ", ".") + "@example.com",
+            "address": _address(rng, split),
+        }
     products = {
-        _unique_id(rng, "P", 100, 999, used): {"name": pname, "price": _cents(rng.uniform(4, 250)), "stock": rng.randint(0, 40)}
+        _unique_id(rng, "P", 100, 999, used): {
+            "name": pname,
+            "price": _cents(rng.uniform(4, 250)),
+            "stock": rng.randint(0, 40),
+        }
         for pname in rng.sample(_PRODUCTS[split], 6)
     }
     me = next(iter(customers))
@@ -241,17 +329,26 @@ def _world(rng: random.Random, split: str) -> tuple[dict[str, Any], str]:
         else:
             statuses = [rng.choice(["pending", "shipped", "delivered", "cancelled"]) for _ in range(rng.randint(1, 3))]
         for status in statuses:
-            items = [{"product_id": pid, "quantity": rng.randint(1, 3), "price": products[pid]["price"], "returned": False}
-                     for pid in rng.sample(sorted(products), rng.randint(1, 3))]
+            items = [
+                {"product_id": pid, "quantity": rng.randint(1, 3), "price": products[pid]["price"], "returned": False}
+                for pid in rng.sample(sorted(products), rng.randint(1, 3))
+            ]
             total = _cents(sum(it["price"] * it["quantity"] for it in items))
             orders[_unique_id(rng, "O", 10000, 99999, used)] = {
-                "customer_id": cid, "status": status, "items": items, "total": total,
-                "shipping_address": cust["address"], "refunded": total if status == "cancelled" else 0.0}
+                "customer_id": cid,
+                "status": status,
+                "items": items,
+                "total": total,
+                "shipping_address": cust["address"],
+                "refunded": total if status == "cancelled" else 0.0,
+            }
     return {"customers": customers, "products": products, "orders": orders}, me
 
 
 def _order_of(state: dict[str, Any], customer_id: str, status: str) -> str:
-    return next(oid for oid, o in sorted(state["orders"].items()) if o["customer_id"] == customer_id and o["status"] == status)
+    return next(
+        oid for oid, o in sorted(state["orders"].items()) if o["customer_id"] == customer_id and o["status"] == status
+    )
 
 
 def _join(items: list[str]) -> str:
@@ -260,58 +357,82 @@ def _join(items: list[str]) -> str:
 
 _T = {
     "order_status": {
-        "train": ["What's the status of order {order}, and what was its total?",
-                  "Can you check order {order} for me? I'd like its status and total."],
+        "train": [
+            "What's the status of order {order}, and what was its total?",
+            "Can you check order {order} for me? I'd like its status and total.",
+        ],
         "test": ["Please look up where order {order} stands and how much it came to."],
     },
     "product_info": {
-        "train": ["How much does product {product} cost, and how many are in stock?",
-                  "What's the price of item {product} and how many units do you have left?"],
+        "train": [
+            "How much does product {product} cost, and how many are in stock?",
+            "What's the price of item {product} and how many units do you have left?",
+        ],
         "test": ["Tell me the current price and the stock level of product {product}."],
     },
     "cancel_by_id": {
-        "train": ["Please cancel order {order}; {reason}. How much will be refunded?",
-                  "Cancel my order {order} -- {reason}. Tell me the refund amount."],
+        "train": [
+            "Please cancel order {order}; {reason}. How much will be refunded?",
+            "Cancel my order {order} -- {reason}. Tell me the refund amount.",
+        ],
         "test": ["I want order {order} cancelled because {reason}. What refund do I get?"],
     },
     "cancel_pending": {
-        "train": ["I'm {email}. Please cancel my pending order -- {reason} -- and tell me the refund.",
-                  "Hi, my email is {email}. Cancel the order of mine that hasn't shipped yet ({reason}). How much do I get back?"],
+        "train": [
+            "I'm {email}. Please cancel my pending order -- {reason} -- and tell me the refund.",
+            "Hi, my email is {email}. Cancel the order of mine that hasn't shipped yet ({reason}). How much do I get back?",
+        ],
         "test": ["This is {email}: my one pending order should be cancelled, since {reason}. What's the refund?"],
     },
     "update_address": {
-        "train": ["I'm {email}. Please ship my pending order to {address} instead.",
-                  "My email is {email}. Change the shipping address of my pending order to {address}."],
+        "train": [
+            "I'm {email}. Please ship my pending order to {address} instead.",
+            "My email is {email}. Change the shipping address of my pending order to {address}.",
+        ],
         "test": ["Account {email} here -- I've moved. Send my not-yet-shipped order to {address}, please."],
     },
     "shipped_total": {
-        "train": ["I'm {email}. Which of my orders is currently shipped, and what's its total?",
-                  "My email is {email}. Give me the id and total of my order that is on its way (shipped)."],
-        "test": ["For {email}: what's the order id and amount of the order that's out for delivery right now (status shipped)?"],
+        "train": [
+            "I'm {email}. Which of my orders is currently shipped, and what's its total?",
+            "My email is {email}. Give me the id and total of my order that is on its way (shipped).",
+        ],
+        "test": [
+            "For {email}: what's the order id and amount of the order that's out for delivery right now (status shipped)?"
+        ],
     },
     "return_by_name": {
-        "train": ["I'm {email}. I'd like to return the {product} from my delivered order. How much is refunded?",
-                  "My email is {email}. Please process a return of the {product} in my delivered order and tell me the refund."],
+        "train": [
+            "I'm {email}. I'd like to return the {product} from my delivered order. How much is refunded?",
+            "My email is {email}. Please process a return of the {product} in my delivered order and tell me the refund.",
+        ],
         "test": ["{email} here: the {product} from my delivered order has to go back. What will I be refunded?"],
     },
     "two_orders": {
-        "train": ["What are the status and total of orders {a} and {b}?",
-                  "Check orders {a} and {b} for me: what's the status and total of each?"],
+        "train": [
+            "What are the status and total of orders {a} and {b}?",
+            "Check orders {a} and {b} for me: what's the status and total of each?",
+        ],
         "test": ["I need the current state and the amount of both order {a} and order {b}."],
     },
     "compare_products": {
-        "train": ["Which is cheapest: products {ids}? Give me each price.",
-                  "Compare the prices of products {ids} and tell me which one costs the least."],
+        "train": [
+            "Which is cheapest: products {ids}? Give me each price.",
+            "Compare the prices of products {ids} and tell me which one costs the least.",
+        ],
         "test": ["Out of items {ids}, what does each cost, and which has the lowest price?"],
     },
     "followup_cancel": {
-        "train": ["I'm {email}. Do I have a pending order? What's its id and total?",
-                  "Hi, {email} here. Which of my orders is still pending, and how much is it?"],
+        "train": [
+            "I'm {email}. Do I have a pending order? What's its id and total?",
+            "Hi, {email} here. Which of my orders is still pending, and how much is it?",
+        ],
         "test": ["Account {email}: please find my pending order and tell me its id and amount."],
     },
     "followup_cancel_2": {
-        "train": ["Please cancel it; {reason}. How much will be refunded?",
-                  "OK, cancel that one -- {reason}. What's the refund?"],
+        "train": [
+            "Please cancel it; {reason}. How much will be refunded?",
+            "OK, cancel that one -- {reason}. What's the refund?",
+        ],
         "test": ["Then I'd like it cancelled, as {reason}. Tell me what I get back."],
     },
     "followup_stock": {
@@ -319,35 +440,52 @@ _T = {
         "test": ["List the things that were bought in order {order}, please."],
     },
     "followup_stock_2": {
-        "train": ["And how many units of the {product} are in stock right now?",
-                  "Thanks. Is the {product} still in stock? How many are left?"],
+        "train": [
+            "And how many units of the {product} are in stock right now?",
+            "Thanks. Is the {product} still in stock? How many are left?",
+        ],
         "test": ["Could you also see how many {product} units remain available?"],
     },
     "no_tool_echo": {
-        "train": ["I'm writing down my details for a later call, no lookup needed. Just confirm back my order number: {order}.",
-                  "Nothing to do in the system for now; please simply repeat back the order number I'm about to give: {order}."],
+        "train": [
+            "I'm writing down my details for a later call, no lookup needed. Just confirm back my order number: {order}.",
+            "Nothing to do in the system for now; please simply repeat back the order number I'm about to give: {order}.",
+        ],
         "test": ["Don't check anything yet -- only read this order number back to me so I know you have it: {order}."],
     },
     "no_tool_math": {
-        "train": ["Without looking anything up: if I buy {qty} units at {price} each, what's the total?",
-                  "Quick arithmetic, no need to check the shop: {qty} items priced {price} apiece come to how much?"],
+        "train": [
+            "Without looking anything up: if I buy {qty} units at {price} each, what's the total?",
+            "Quick arithmetic, no need to check the shop: {qty} items priced {price} apiece come to how much?",
+        ],
         "test": ["No lookup please, just compute it: what do {qty} pieces at {price} per piece cost altogether?"],
     },
     "conditional_address": {
-        "train": ["First check order {order}; if it is still pending, change its shipping address to {address}. Otherwise tell me its status.",
-                  "Look up order {order}. If it hasn't shipped yet (pending), update its address to {address}; if not, just tell me its status."],
-        "test": ["Could you see whether order {order} is still pending? If so, send it to {address}; if not, report its status."],
+        "train": [
+            "First check order {order}; if it is still pending, change its shipping address to {address}. Otherwise tell me its status.",
+            "Look up order {order}. If it hasn't shipped yet (pending), update its address to {address}; if not, just tell me its status.",
+        ],
+        "test": [
+            "Could you see whether order {order} is still pending? If so, send it to {address}; if not, report its status."
+        ],
     },
 }
 
 # (kind, category, weight); categories follow docs/DOMAIN_GUIDE.md.
 _KINDS = [
-    ("order_status", "single", 7), ("product_info", "single", 7), ("cancel_by_id", "single", 6),
-    ("cancel_pending", "multi_step", 9), ("update_address", "multi_step", 7), ("shipped_total", "multi_step", 6),
+    ("order_status", "single", 7),
+    ("product_info", "single", 7),
+    ("cancel_by_id", "single", 6),
+    ("cancel_pending", "multi_step", 9),
+    ("update_address", "multi_step", 7),
+    ("shipped_total", "multi_step", 6),
     ("return_by_name", "multi_step", 8),
-    ("two_orders", "parallel", 8), ("compare_products", "parallel", 7),
-    ("followup_cancel", "multi_turn", 8), ("followup_stock", "multi_turn", 7),
-    ("no_tool_echo", "no_tool", 5), ("no_tool_math", "no_tool", 5),
+    ("two_orders", "parallel", 8),
+    ("compare_products", "parallel", 7),
+    ("followup_cancel", "multi_turn", 8),
+    ("followup_stock", "multi_turn", 7),
+    ("no_tool_echo", "no_tool", 5),
+    ("no_tool_math", "no_tool", 5),
     ("conditional_address", "lookup_then_change", 10),
 ]
 KIND_CATEGORY = {kind: category for kind, category, _ in _KINDS}
@@ -366,14 +504,18 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     if kind == "order_status":
         order = rng.choice(sorted(state["orders"]))
         (res,) = rec.step(("get_order", {"order_id": order}))
-        rec.answer(f"Order {order} is {res['status']}; its total was {_money(res['total'])}.",
-                   [res["status"], _money(res["total"])])
+        rec.answer(
+            f"Order {order} is {res['status']}; its total was {_money(res['total'])}.",
+            [res["status"], _money(res["total"])],
+        )
         turns = [t("order_status", order=order)]
     elif kind == "product_info":
         product = rng.choice(sorted(state["products"]))
         (res,) = rec.step(("get_product", {"product_id": product}))
-        rec.answer(f"{res['name']} ({product}) costs {_money(res['price'])} and {res['stock']} units are in stock.",
-                   [_money(res["price"]), str(res["stock"])])
+        rec.answer(
+            f"{res['name']} ({product}) costs {_money(res['price'])} and {res['stock']} units are in stock.",
+            [_money(res["price"]), str(res["stock"])],
+        )
         turns = [t("product_info", product=product)]
     elif kind == "cancel_by_id":
         pending = [oid for oid, o in sorted(state["orders"].items()) if o["status"] == "pending"]
@@ -388,7 +530,10 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (orders,) = rec.step(("list_orders", {"customer_id": cust["customer_id"]}))
         order = next(o["order_id"] for o in orders if o["status"] == "pending")
         (res,) = rec.step(("cancel_order", {"order_id": order, "reason": reason}))
-        rec.answer(f"I cancelled your pending order {order}; {_money(res['refund'])} will be refunded.", [_money(res["refund"])])
+        rec.answer(
+            f"I cancelled your pending order {order}; {_money(res['refund'])} will be refunded.",
+            [_money(res["refund"])],
+        )
         turns = [t("cancel_pending", email=email, reason=_REASON_TEXT[reason])]
         reward = WRITE
     elif kind == "update_address":
@@ -405,8 +550,10 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (cust,) = rec.step(("find_customer", {"email": email}))
         (orders,) = rec.step(("list_orders", {"customer_id": cust["customer_id"]}))
         shipped = next(o for o in orders if o["status"] == "shipped")
-        rec.answer(f"Your shipped order is {shipped['order_id']}, total {_money(shipped['total'])}.",
-                   [shipped["order_id"], _money(shipped["total"])])
+        rec.answer(
+            f"Your shipped order is {shipped['order_id']}, total {_money(shipped['total'])}.",
+            [shipped["order_id"], _money(shipped["total"])],
+        )
         turns = [t("shipped_total", email=email)]
     elif kind == "return_by_name":
         delivered = _order_of(state, me, "delivered")
@@ -417,15 +564,19 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (details,) = rec.step(("get_order", {"order_id": order}))
         product = next(it["product_id"] for it in details["items"] if it["name"] == product_name)
         (res,) = rec.step(("return_item", {"order_id": order, "product_id": product}))
-        rec.answer(f"The {product_name} from order {order} is returned; {_money(res['refund'])} will be refunded.",
-                   [_money(res["refund"])])
+        rec.answer(
+            f"The {product_name} from order {order} is returned; {_money(res['refund'])} will be refunded.",
+            [_money(res["refund"])],
+        )
         turns = [t("return_by_name", email=email, product=product_name)]
         reward = WRITE
     elif kind == "two_orders":
         a, b = rng.sample(sorted(state["orders"]), 2)
         ra, rb = rec.step(("get_order", {"order_id": a}), ("get_order", {"order_id": b}))
-        rec.answer(f"{a}: {ra['status']}, total {_money(ra['total'])}; {b}: {rb['status']}, total {_money(rb['total'])}.",
-                   [_money(ra["total"]), _money(rb["total"])])
+        rec.answer(
+            f"{a}: {ra['status']}, total {_money(ra['total'])}; {b}: {rb['status']}, total {_money(rb['total'])}.",
+            [_money(ra["total"]), _money(rb["total"])],
+        )
         turns = [t("two_orders", a=a, b=b)]
     elif kind == "compare_products":
         # Distinct prices, so "the cheapest" is unique.
@@ -434,19 +585,25 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         results = rec.step(*[("get_product", {"product_id": pid}) for pid in ids])
         cheapest = min(results, key=lambda r: r["price"])
         listing = "; ".join(f"{r['product_id']} ({r['name']}) costs {_money(r['price'])}" for r in results)
-        rec.answer(f"{listing}. The cheapest is {cheapest['product_id']}.",
-                   [*(_money(r["price"]) for r in results), cheapest["product_id"]])
+        rec.answer(
+            f"{listing}. The cheapest is {cheapest['product_id']}.",
+            [*(_money(r["price"]) for r in results), cheapest["product_id"]],
+        )
         turns = [t("compare_products", ids=_join(ids))]
     elif kind == "followup_cancel":
         reason = rng.choice(sorted(_REASON_TEXT))
         (cust,) = rec.step(("find_customer", {"email": email}))
         (orders,) = rec.step(("list_orders", {"customer_id": cust["customer_id"]}))
         pending = next(o for o in orders if o["status"] == "pending")
-        rec.answer(f"Yes: order {pending['order_id']} is pending, total {_money(pending['total'])}.",
-                   [pending["order_id"], _money(pending["total"])])
+        rec.answer(
+            f"Yes: order {pending['order_id']} is pending, total {_money(pending['total'])}.",
+            [pending["order_id"], _money(pending["total"])],
+        )
         (res,) = rec.step(("cancel_order", {"order_id": pending["order_id"], "reason": reason}))
-        rec.answer(f"Order {pending['order_id']} is cancelled; {_money(res['refund'])} will be refunded.",
-                   [_money(res["refund"])])
+        rec.answer(
+            f"Order {pending['order_id']} is cancelled; {_money(res['refund'])} will be refunded.",
+            [_money(res["refund"])],
+        )
         turns = [t("followup_cancel", email=email), t("followup_cancel_2", reason=_REASON_TEXT[reason])]
         reward = WRITE
     elif kind == "followup_stock":
@@ -480,8 +637,15 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         reward = WRITE
     else:  # pragma: no cover - _KINDS and this switch are kept in step
         raise ValueError(kind)
-    return rec.build(id=task_id, domain=DOMAIN, split=split, user_turns=turns, reward=reward, system=SYSTEM,
-                     metadata={"kind": kind, "category": KIND_CATEGORY[kind]})
+    return rec.build(
+        id=task_id,
+        domain=DOMAIN,
+        split=split,
+        user_turns=turns,
+        reward=reward,
+        system=SYSTEM,
+        metadata={"kind": kind, "category": KIND_CATEGORY[kind]},
+    )
 
 
 def generate(split: str, count: int) -> list[Task]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from envace_gym.backends import PythonBackend, Toolkit, tool
 from envace_gym.tasks import Task
@@ -19,8 +20,10 @@ from ._common import ReferenceRecorder, generate_tasks, pick_template
 
 DOMAIN = "travel"
 BACKEND = f"builtin/{DOMAIN}"
-SYSTEM = ("You are a travel assistant. Use the tools to manage the user's calendar and to search, book and "
-          "cancel flights exactly as asked.")
+SYSTEM = (
+    "You are a travel assistant. Use the tools to manage the user's calendar and to search, book and "
+    "cancel flights exactly as asked."
+)
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TIME = re.compile(r"^(?:[01]\d|2[0-3]):[0-5]\d$")
@@ -122,10 +125,18 @@ class TravelToolkit(Toolkit):
         self.state["next_booking"] += 1
         flight["seats_left"] -= 1
         self.state["bookings"][booking_id] = {
-            "flight_id": flight_id, "passenger": name, "status": "confirmed", "price": flight["price"],
+            "flight_id": flight_id,
+            "passenger": name,
+            "status": "confirmed",
+            "price": flight["price"],
         }
-        return {"booking_id": booking_id, "flight_id": flight_id, "passenger": name, "price": flight["price"],
-                "status": "confirmed"}
+        return {
+            "booking_id": booking_id,
+            "flight_id": flight_id,
+            "passenger": name,
+            "price": flight["price"],
+            "status": "confirmed",
+        }
 
     @tool
     def get_booking(self, booking_id: str) -> dict:
@@ -135,8 +146,13 @@ class TravelToolkit(Toolkit):
             booking_id: The booking reference, e.g. "BK-1042".
         """
         b = self._booking(booking_id)
-        return {"booking_id": booking_id, "passenger": b["passenger"], "status": b["status"], "price": b["price"],
-                "flight": self._flight_view(b["flight_id"])}
+        return {
+            "booking_id": booking_id,
+            "passenger": b["passenger"],
+            "status": b["status"],
+            "price": b["price"],
+            "flight": self._flight_view(b["flight_id"]),
+        }
 
     @tool
     def find_bookings(self, passenger: str) -> list:
@@ -150,8 +166,16 @@ class TravelToolkit(Toolkit):
         for bid, b in sorted(self.state["bookings"].items()):
             if b["passenger"].lower() == wanted:
                 f = self.state["flights"][b["flight_id"]]
-                found.append({"booking_id": bid, "flight_id": b["flight_id"], "origin": f["origin"],
-                              "destination": f["destination"], "date": f["date"], "status": b["status"]})
+                found.append(
+                    {
+                        "booking_id": bid,
+                        "flight_id": b["flight_id"],
+                        "origin": f["origin"],
+                        "destination": f["destination"],
+                        "date": f["date"],
+                        "status": b["status"],
+                    }
+                )
         if not found:
             raise ValueError(f"no bookings for passenger {passenger!r}")
         return found
@@ -230,33 +254,119 @@ def make_backend(**kwargs: Any) -> PythonBackend:
 # ------------------------------------------------------------------------------ entity pools
 # Disjoint train/test pools: the test split only sees cities, people and event titles never trained on.
 _CITIES = {
-    "train": ["Lisbon", "Oslo", "Madrid", "Vienna", "Prague", "Dublin", "Helsinki", "Athens", "Warsaw",
-              "Budapest", "Copenhagen", "Brussels", "Zurich", "Milan", "Porto", "Seville", "Lyon", "Munich"],
+    "train": [
+        "Lisbon",
+        "Oslo",
+        "Madrid",
+        "Vienna",
+        "Prague",
+        "Dublin",
+        "Helsinki",
+        "Athens",
+        "Warsaw",
+        "Budapest",
+        "Copenhagen",
+        "Brussels",
+        "Zurich",
+        "Milan",
+        "Porto",
+        "Seville",
+        "Lyon",
+        "Munich",
+    ],
     "test": ["Reykjavik", "Tallinn", "Valletta", "Ljubljana", "Riga", "Bucharest", "Sofia", "Krakow"],
 }
 _FIRST = {
-    "train": ["Ana", "Bruno", "Carla", "Diego", "Elena", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kira",
-              "Luis", "Mona", "Nils", "Olga", "Pavel", "Rosa", "Sami"],
+    "train": [
+        "Ana",
+        "Bruno",
+        "Carla",
+        "Diego",
+        "Elena",
+        "Farid",
+        "Greta",
+        "Hugo",
+        "Ines",
+        "Jonas",
+        "Kira",
+        "Luis",
+        "Mona",
+        "Nils",
+        "Olga",
+        "Pavel",
+        "Rosa",
+        "Sami",
+    ],
     "test": ["Vera", "Wim", "Xenia", "Yusuf", "Zoe", "Anouk", "Bilal", "Chiara"],
 }
 _LAST = {
-    "train": ["Silva", "Costa", "Novak", "Berg", "Duarte", "Kowalski", "Moreau", "Haddad", "Lind", "Ferreira",
-              "Rossi", "Weber"],
+    "train": [
+        "Silva",
+        "Costa",
+        "Novak",
+        "Berg",
+        "Duarte",
+        "Kowalski",
+        "Moreau",
+        "Haddad",
+        "Lind",
+        "Ferreira",
+        "Rossi",
+        "Weber",
+    ],
     "test": ["Okafor", "Tanaka", "Petrov", "Lindqvist", "Mendes"],
 }
 _TITLES = {
-    "train": ["Team sync", "Dentist appointment", "Yoga class", "Budget review", "Lunch with Marta", "Piano lesson",
-              "Project kickoff", "Car service", "Book club", "Haircut", "Client call", "Gym session",
-              "Design review", "Coffee with Jonas", "Tax advisor", "Sprint planning", "Swimming lesson",
-              "Doctor visit", "Code review", "Spanish class", "Dinner with Tom", "Parent meeting",
-              "Bike repair", "Museum tour"],
-    "test": ["Vet visit", "Board meeting", "Language exchange", "Pottery workshop", "Interview prep",
-             "Dinner with Leila", "Physiotherapy", "Quarterly planning", "Choir rehearsal", "Wine tasting",
-             "Passport renewal", "Chess club"],
+    "train": [
+        "Team sync",
+        "Dentist appointment",
+        "Yoga class",
+        "Budget review",
+        "Lunch with Marta",
+        "Piano lesson",
+        "Project kickoff",
+        "Car service",
+        "Book club",
+        "Haircut",
+        "Client call",
+        "Gym session",
+        "Design review",
+        "Coffee with Jonas",
+        "Tax advisor",
+        "Sprint planning",
+        "Swimming lesson",
+        "Doctor visit",
+        "Code review",
+        "Spanish class",
+        "Dinner with Tom",
+        "Parent meeting",
+        "Bike repair",
+        "Museum tour",
+    ],
+    "test": [
+        "Vet visit",
+        "Board meeting",
+        "Language exchange",
+        "Pottery workshop",
+        "Interview prep",
+        "Dinner with Leila",
+        "Physiotherapy",
+        "Quarterly planning",
+        "Choir rehearsal",
+        "Wine tasting",
+        "Passport renewal",
+        "Chess club",
+    ],
 }
 # Airlines are scenery, not held-out entities.
-_AIRLINES = [("SK", "Skandia Air"), ("TP", "Atlantica"), ("LX", "Alpina"), ("IB", "Iberjet"),
-             ("AY", "Nordwing"), ("LO", "Vistula Air")]
+_AIRLINES = [
+    ("SK", "Skandia Air"),
+    ("TP", "Atlantica"),
+    ("LX", "Alpina"),
+    ("IB", "Iberjet"),
+    ("AY", "Nordwing"),
+    ("LO", "Vistula Air"),
+]
 
 
 # ------------------------------------------------------------------------------ world building
@@ -289,19 +399,36 @@ def _add_route(state: dict[str, Any], rng: random.Random, origin: str, destinati
         while (fid := f"{code}{rng.randint(100, 999)}") in flights:
             pass
         flights[fid] = {
-            "airline": airline, "origin": origin, "destination": destination, "date": day,
-            "depart": _clock(dep), "arrive": _clock(dep + base + rng.choice([-10, -5, 0, 5, 10, 15])),
-            "price": price, "seats_left": rng.randint(1, 9),
+            "airline": airline,
+            "origin": origin,
+            "destination": destination,
+            "date": day,
+            "depart": _clock(dep),
+            "arrive": _clock(dep + base + rng.choice([-10, -5, 0, 5, 10, 15])),
+            "price": price,
+            "seats_left": rng.randint(1, 9),
         }
 
 
-def _free_slot(rng: random.Random, state: dict[str, Any], day: str, duration: int,
-               exclude: str | None = None, avoid_start: int | None = None) -> int:
+def _free_slot(
+    rng: random.Random,
+    state: dict[str, Any],
+    day: str,
+    duration: int,
+    exclude: str | None = None,
+    avoid_start: int | None = None,
+) -> int:
     """A random start (on the half hour, 08:00-20:00) where ``duration`` minutes fit between the day's events."""
-    busy = [(_minutes(e["start"]), _minutes(e["end"]))
-            for eid, e in state["events"].items() if e["date"] == day and eid != exclude]
-    options = [s for s in range(8 * 60, 20 * 60 - duration + 1, 30)
-               if s != avoid_start and all(s + duration <= lo or s >= hi for lo, hi in busy)]
+    busy = [
+        (_minutes(e["start"]), _minutes(e["end"]))
+        for eid, e in state["events"].items()
+        if e["date"] == day and eid != exclude
+    ]
+    options = [
+        s
+        for s in range(8 * 60, 20 * 60 - duration + 1, 30)
+        if s != avoid_start and all(s + duration <= lo or s >= hi for lo, hi in busy)
+    ]
     if not options:
         raise RuntimeError(f"no free {duration}-minute slot on {day}")  # cannot happen with <= 3 short events
     return rng.choice(options)
@@ -316,8 +443,14 @@ def _world(rng: random.Random, split: str) -> _World:
         name = f"{rng.choice(_FIRST[split])} {rng.choice(_LAST[split])}"
         if name not in names:
             names.append(name)
-    state: dict[str, Any] = {"cities": sorted(cities), "flights": {}, "bookings": {}, "events": {},
-                             "next_booking": rng.randint(1000, 8999), "next_event": rng.randint(100, 899)}
+    state: dict[str, Any] = {
+        "cities": sorted(cities),
+        "flights": {},
+        "bookings": {},
+        "events": {},
+        "next_booking": rng.randint(1000, 8999),
+        "next_event": rng.randint(100, 899),
+    }
     routes: list[tuple[str, str, str]] = []
     while len(routes) < 4:
         origin, destination = rng.sample(cities, 2)
@@ -332,7 +465,11 @@ def _world(rng: random.Random, split: str) -> _World:
             duration = rng.choice([30, 45, 60, 90, 120])
             start = _free_slot(rng, state, day, duration)
             state["events"][f"EV-{state['next_event']}"] = {
-                "title": titles.pop(), "date": day, "start": _clock(start), "end": _clock(start + duration)}
+                "title": titles.pop(),
+                "date": day,
+                "start": _clock(start),
+                "end": _clock(start + duration),
+            }
             state["next_event"] += 1
 
     flight_ids = sorted(state["flights"])
@@ -346,7 +483,11 @@ def _world(rng: random.Random, split: str) -> _World:
             status = "confirmed" if not seen or rng.random() < 0.7 else "cancelled"
             seen.add(dest)
             state["bookings"][f"BK-{state['next_booking']}"] = {
-                "flight_id": fid, "passenger": owner, "status": status, "price": state["flights"][fid]["price"]}
+                "flight_id": fid,
+                "passenger": owner,
+                "status": status,
+                "price": state["flights"][fid]["price"],
+            }
             state["next_booking"] += 1
     return _World(state, cities, dates, names, routes, titles)
 
@@ -358,53 +499,69 @@ _T = {
         "test": ["Could you run me through my schedule for {date}?"],
     },
     "add_event": {
-        "train": ['Add "{title}" to my calendar on {date} from {start} to {end}.',
-                  'Please put "{title}" in my calendar: {date}, {start}-{end}.'],
+        "train": [
+            'Add "{title}" to my calendar on {date} from {start} to {end}.',
+            'Please put "{title}" in my calendar: {date}, {start}-{end}.',
+        ],
         "test": ['Block {start} to {end} on {date} for "{title}", please.'],
     },
     "booking_lookup": {
-        "train": ["Which flight is booking {bid} for, and when does it depart?",
-                  "Look up booking {bid}: what's the flight number and departure time?"],
+        "train": [
+            "Which flight is booking {bid} for, and when does it depart?",
+            "Look up booking {bid}: what's the flight number and departure time?",
+        ],
         "test": ["I have reservation {bid}. Remind me of its flight and what time it leaves."],
     },
     "book_cheapest": {
-        "train": ["Book me the cheapest flight from {origin} to {destination} on {date}. The passenger is {name}.",
-                  "Please book the lowest-fare flight {origin} -> {destination} on {date} for {name} and give "
-                  "me the booking reference."],
-        "test": ["{name} needs to get from {origin} to {destination} on {date}; reserve whichever flight "
-                 "costs the least."],
+        "train": [
+            "Book me the cheapest flight from {origin} to {destination} on {date}. The passenger is {name}.",
+            "Please book the lowest-fare flight {origin} -> {destination} on {date} for {name} and give "
+            "me the booking reference.",
+        ],
+        "test": [
+            "{name} needs to get from {origin} to {destination} on {date}; reserve whichever flight costs the least."
+        ],
     },
     "book_earliest": {
-        "train": ["Book the earliest flight from {origin} to {destination} on {date} for {name}.",
-                  "I need the first departure of the day from {origin} to {destination} on {date}. Book it "
-                  "for {name}, please."],
+        "train": [
+            "Book the earliest flight from {origin} to {destination} on {date} for {name}.",
+            "I need the first departure of the day from {origin} to {destination} on {date}. Book it "
+            "for {name}, please.",
+        ],
         "test": ["Get {name} a seat on the first flight leaving {origin} for {destination} on {date}."],
     },
     "cancel_booking": {
-        "train": ["I'm {name}. Cancel my booking for the flight to {destination} and tell me the refund.",
-                  "This is {name}: my trip to {destination} is off. Please cancel that booking and let me know "
-                  "how much I get back."],
-        "test": ["{name} here. I won't be flying to {destination} after all -- cancel it and tell me what "
-                 "gets refunded."],
+        "train": [
+            "I'm {name}. Cancel my booking for the flight to {destination} and tell me the refund.",
+            "This is {name}: my trip to {destination} is off. Please cancel that booking and let me know "
+            "how much I get back.",
+        ],
+        "test": [
+            "{name} here. I won't be flying to {destination} after all -- cancel it and tell me what gets refunded."
+        ],
     },
     "delete_event": {
-        "train": ['Delete "{title}" from my calendar on {date}.',
-                  'Please remove the "{title}" event on {date}.'],
+        "train": ['Delete "{title}" from my calendar on {date}.', 'Please remove the "{title}" event on {date}.'],
         "test": ['"{title}" on {date} is cancelled; take it off my calendar.'],
     },
     "compare_routes": {
-        "train": ["On {date}, what's the cheapest fare from {origin} to {destinations}? Give me the price for each.",
-                  "Compare the lowest prices for flights from {origin} to {destinations} on {date}."],
-        "test": ["I'm flexible on where to go from {origin} on {date}: how much is the cheapest ticket to "
-                 "{destinations}?"],
+        "train": [
+            "On {date}, what's the cheapest fare from {origin} to {destinations}? Give me the price for each.",
+            "Compare the lowest prices for flights from {origin} to {destinations} on {date}.",
+        ],
+        "test": [
+            "I'm flexible on where to go from {origin} on {date}: how much is the cheapest ticket to {destinations}?"
+        ],
     },
     "two_days": {
         "train": ["What do I have on my calendar on {dates}?", "List my events for {dates}."],
         "test": ["Give me an overview of my appointments on {dates}."],
     },
     "followup_book": {
-        "train": ["Which is the cheapest flight from {origin} to {destination} on {date}?",
-                  "What's the lowest fare from {origin} to {destination} on {date}, and which flight is it?"],
+        "train": [
+            "Which is the cheapest flight from {origin} to {destination} on {date}?",
+            "What's the lowest fare from {origin} to {destination} on {date}, and which flight is it?",
+        ],
         "test": ["Find me the least expensive flight {origin} to {destination} for {date}."],
     },
     "followup_book_2": {
@@ -416,40 +573,58 @@ _T = {
         "test": ["How does my day look on {date}?"],
     },
     "followup_calendar_2": {
-        "train": ['And now also add "{title}" that day from {start} to {end}.',
-                  'Thanks. Please also put "{title}" on the same day, {start} to {end}.'],
+        "train": [
+            'And now also add "{title}" that day from {start} to {end}.',
+            'Thanks. Please also put "{title}" on the same day, {start} to {end}.',
+        ],
         "test": ['OK, then squeeze in "{title}" from {start} until {end} that day.'],
     },
     "no_tool": {
-        "train": ["My booking reference for the {city} trip is {ref}. No need to look anything up -- just read the "
-                  "reference back to me.",
-                  "Note this down: my {city} flight reference is {ref}. Don't search or book anything, just "
-                  "confirm the reference."],
+        "train": [
+            "My booking reference for the {city} trip is {ref}. No need to look anything up -- just read the "
+            "reference back to me.",
+            "Note this down: my {city} flight reference is {ref}. Don't search or book anything, just "
+            "confirm the reference.",
+        ],
         "test": ["Please simply repeat my {city} booking code back to me, no lookups: {ref}."],
     },
     "book_and_calendar": {
-        "train": ['Book the cheapest flight from {origin} to {destination} on {date} for {name}, and add it to '
-                  'my calendar as "{title}" from departure to arrival.',
-                  'Reserve the lowest-priced {origin} to {destination} flight on {date} for {name}, then put '
-                  'it in my calendar titled "{title}", spanning its departure to arrival time.'],
-        "test": ['{name} wants the least expensive flight {origin}-{destination} on {date}. Book it and block '
-                 'its flight time in my calendar as "{title}".'],
+        "train": [
+            "Book the cheapest flight from {origin} to {destination} on {date} for {name}, and add it to "
+            'my calendar as "{title}" from departure to arrival.',
+            "Reserve the lowest-priced {origin} to {destination} flight on {date} for {name}, then put "
+            'it in my calendar titled "{title}", spanning its departure to arrival time.',
+        ],
+        "test": [
+            "{name} wants the least expensive flight {origin}-{destination} on {date}. Book it and block "
+            'its flight time in my calendar as "{title}".'
+        ],
     },
     "reschedule": {
-        "train": ['Move "{title}" on {date} so that it starts at {start}; keep the same length.',
-                  'Please reschedule my "{title}" on {date} to begin at {start} instead, same duration.'],
+        "train": [
+            'Move "{title}" on {date} so that it starts at {start}; keep the same length.',
+            'Please reschedule my "{title}" on {date} to begin at {start} instead, same duration.',
+        ],
         "test": ['Shift "{title}" ({date}) to a {start} start, keeping how long it lasts.'],
     },
 }
 
 # Kind -> weight. Single call 20, multi-step dependent 30, parallel 15, multi-turn 15, no tool 10, other 10.
 _KINDS = [
-    ("list_day", 7), ("add_event", 7), ("booking_lookup", 6),
-    ("book_cheapest", 12), ("book_earliest", 6), ("cancel_booking", 6), ("delete_event", 6),
-    ("compare_routes", 8), ("two_days", 7),
-    ("followup_book", 8), ("followup_calendar", 7),
+    ("list_day", 7),
+    ("add_event", 7),
+    ("booking_lookup", 6),
+    ("book_cheapest", 12),
+    ("book_earliest", 6),
+    ("cancel_booking", 6),
+    ("delete_event", 6),
+    ("compare_routes", 8),
+    ("two_days", 7),
+    ("followup_book", 8),
+    ("followup_calendar", 7),
     ("no_tool", 10),
-    ("book_and_calendar", 5), ("reschedule", 5),
+    ("book_and_calendar", 5),
+    ("reschedule", 5),
 ]
 CATEGORIES = {
     "single": ("list_day", "add_event", "booking_lookup"),
@@ -514,7 +689,7 @@ def _k_add_event(c: _Ctx) -> _Built:
     args = {"title": title, "date": day, "start": _clock(start), "end": _clock(start + duration)}
     rec = c.recorder()
     (ev,) = rec.step(("create_event", args))
-    rec.answer(f"Added \"{title}\" on {day}, {ev['start']}-{ev['end']} (event {ev['event_id']}).")
+    rec.answer(f'Added "{title}" on {day}, {ev["start"]}-{ev["end"]} (event {ev["event_id"]}).')
     return rec, [c.t("add_event", **args)], WRITE
 
 
@@ -523,8 +698,11 @@ def _k_booking_lookup(c: _Ctx) -> _Built:
     rec = c.recorder()
     (b,) = rec.step(("get_booking", {"booking_id": bid}))
     f = b["flight"]
-    rec.answer(f"Booking {bid} ({b['status']}) is on flight {f['flight_id']} from {f['origin']} to "
-               f"{f['destination']}, departing {f['date']} at {f['depart']}.", [f["flight_id"], f["depart"]])
+    rec.answer(
+        f"Booking {bid} ({b['status']}) is on flight {f['flight_id']} from {f['origin']} to "
+        f"{f['destination']}, departing {f['date']} at {f['depart']}.",
+        [f["flight_id"], f["depart"]],
+    )
     return rec, [c.t("booking_lookup", bid=bid)], READ
 
 
@@ -539,8 +717,11 @@ def _k_book_by(criterion: str) -> Callable[[_Ctx], _Built]:
         (flights,) = rec.step(("search_flights", {"origin": origin, "destination": destination, "date": day}))
         best = pick(flights)
         (bk,) = rec.step(("book_flight", {"flight_id": best["flight_id"], "passenger": name}))
-        rec.answer(f"Booked {best['flight_id']} ({best['depart']}-{best['arrive']}, {best['price']} EUR) for {name}; "
-                   f"booking reference {bk['booking_id']}.", [bk["booking_id"]])
+        rec.answer(
+            f"Booked {best['flight_id']} ({best['depart']}-{best['arrive']}, {best['price']} EUR) for {name}; "
+            f"booking reference {bk['booking_id']}.",
+            [bk["booking_id"]],
+        )
         turns = [c.t(f"book_{criterion}", origin=origin, destination=destination, date=day, name=name)]
         return rec, turns, WRITE_REPORT
 
@@ -556,8 +737,9 @@ def _k_cancel_booking(c: _Ctx) -> _Built:
     (mine,) = rec.step(("find_bookings", {"passenger": b["passenger"]}))
     target = next(x["booking_id"] for x in mine if x["destination"] == destination)
     (res,) = rec.step(("cancel_booking", {"booking_id": target}))
-    rec.answer(f"Booking {target} to {destination} is cancelled; you get {res['refund']} EUR back.",
-               [str(res["refund"])])
+    rec.answer(
+        f"Booking {target} to {destination} is cancelled; you get {res['refund']} EUR back.", [str(res["refund"])]
+    )
     return rec, [c.t("cancel_booking", name=b["passenger"], destination=destination)], WRITE_REPORT
 
 
@@ -567,7 +749,7 @@ def _k_delete_event(c: _Ctx) -> _Built:
     (events,) = rec.step(("list_events", {"date": ev["date"]}))
     target = next(e["event_id"] for e in events if e["title"] == ev["title"])
     rec.step(("delete_event", {"event_id": target}))
-    rec.answer(f"Deleted \"{ev['title']}\" ({target}) from {ev['date']}.")
+    rec.answer(f'Deleted "{ev["title"]}" ({target}) from {ev["date"]}.')
     return rec, [c.t("delete_event", title=ev["title"], date=ev["date"])], WRITE
 
 
@@ -581,8 +763,7 @@ def _k_compare_routes(c: _Ctx) -> _Built:
     results = rec.step(*[("search_flights", {"origin": origin, "destination": d, "date": day}) for d in destinations])
     cheapest = [min(fs, key=lambda f: f["price"]) for fs in results]
     parts = [f"{d}: {f['price']} EUR ({f['flight_id']})" for d, f in zip(destinations, cheapest)]
-    rec.answer(f"Cheapest fares from {origin} on {day}: " + "; ".join(parts) + ".",
-               [str(f["price"]) for f in cheapest])
+    rec.answer(f"Cheapest fares from {origin} on {day}: " + "; ".join(parts) + ".", [str(f["price"]) for f in cheapest])
     return rec, [c.t("compare_routes", origin=origin, destinations=_join(destinations), date=day)], READ
 
 
@@ -590,8 +771,10 @@ def _k_two_days(c: _Ctx) -> _Built:
     days = sorted(c.rng.sample(c.world.dates, c.rng.choice([2, 2, 3])))
     rec = c.recorder()
     results = rec.step(*[("list_events", {"date": d}) for d in days])
-    rec.answer(" ".join(f"{d}: {_events_text(evs)}." for d, evs in zip(days, results)),
-               [e["title"] for evs in results for e in evs])
+    rec.answer(
+        " ".join(f"{d}: {_events_text(evs)}." for d, evs in zip(days, results)),
+        [e["title"] for evs in results for e in evs],
+    )
     return rec, [c.t("two_days", dates=_join(days))], READ
 
 
@@ -601,12 +784,14 @@ def _k_followup_book(c: _Ctx) -> _Built:
     rec = c.recorder()
     (flights,) = rec.step(("search_flights", {"origin": origin, "destination": destination, "date": day}))
     best = min(flights, key=lambda f: f["price"])
-    rec.answer(f"The cheapest is {best['flight_id']} ({best['airline']}), departing {best['depart']}, for "
-               f"{best['price']} EUR.", [best["flight_id"], str(best["price"])])
+    rec.answer(
+        f"The cheapest is {best['flight_id']} ({best['airline']}), departing {best['depart']}, for "
+        f"{best['price']} EUR.",
+        [best["flight_id"], str(best["price"])],
+    )
     (bk,) = rec.step(("book_flight", {"flight_id": best["flight_id"], "passenger": name}))
     rec.answer(f"Booked {best['flight_id']} for {name}: booking reference {bk['booking_id']}.", [bk["booking_id"]])
-    turns = [c.t("followup_book", origin=origin, destination=destination, date=day),
-             c.t("followup_book_2", name=name)]
+    turns = [c.t("followup_book", origin=origin, destination=destination, date=day), c.t("followup_book_2", name=name)]
     return rec, turns, WRITE_REPORT
 
 
@@ -619,9 +804,11 @@ def _k_followup_calendar(c: _Ctx) -> _Built:
     rec.answer(f"On {day} you have: {_events_text(events)}.", [e["title"] for e in events])
     args = {"title": title, "date": day, "start": _clock(start), "end": _clock(start + duration)}
     (ev,) = rec.step(("create_event", args))
-    rec.answer(f"Added \"{title}\" on {day}, {ev['start']}-{ev['end']} ({ev['event_id']}).")
-    turns = [c.t("followup_calendar", date=day),
-             c.t("followup_calendar_2", title=title, start=args["start"], end=args["end"])]
+    rec.answer(f'Added "{title}" on {day}, {ev["start"]}-{ev["end"]} ({ev["event_id"]}).')
+    turns = [
+        c.t("followup_calendar", date=day),
+        c.t("followup_calendar_2", title=title, start=args["start"], end=args["end"]),
+    ]
     return rec, turns, WRITE_REPORT
 
 
@@ -637,9 +824,14 @@ def _k_no_tool(c: _Ctx) -> _Built:
 def _k_book_and_calendar(c: _Ctx) -> _Built:
     origin, destination, day = c.rng.choice(c.world.routes)
     name, title = c.world.names[2], f"Flight to {destination}"
-    best_id = min((fid for fid, f in c.state["flights"].items()
-                   if (f["origin"], f["destination"], f["date"]) == (origin, destination, day)),
-                  key=lambda fid: c.state["flights"][fid]["price"])
+    best_id = min(
+        (
+            fid
+            for fid, f in c.state["flights"].items()
+            if (f["origin"], f["destination"], f["date"]) == (origin, destination, day)
+        ),
+        key=lambda fid: c.state["flights"][fid]["price"],
+    )
     best = c.state["flights"][best_id]
     lo, hi = _minutes(best["depart"]), _minutes(best["arrive"])
     # Clear the flight's time window in the calendar, so the requested event is valid.
@@ -653,8 +845,11 @@ def _k_book_and_calendar(c: _Ctx) -> _Built:
         ("book_flight", {"flight_id": cheapest["flight_id"], "passenger": name}),
         ("create_event", {"title": title, "date": day, "start": cheapest["depart"], "end": cheapest["arrive"]}),
     )
-    rec.answer(f"Booked {cheapest['flight_id']} for {name} (reference {bk['booking_id']}, {cheapest['price']} EUR) "
-               f"and added \"{title}\" {ev['start']}-{ev['end']} on {day}.", [bk["booking_id"]])
+    rec.answer(
+        f"Booked {cheapest['flight_id']} for {name} (reference {bk['booking_id']}, {cheapest['price']} EUR) "
+        f'and added "{title}" {ev["start"]}-{ev["end"]} on {day}.',
+        [bk["booking_id"]],
+    )
     turns = [c.t("book_and_calendar", origin=origin, destination=destination, date=day, name=name, title=title)]
     return rec, turns, WRITE_REPORT
 
@@ -668,9 +863,13 @@ def _k_reschedule(c: _Ctx) -> _Built:
     target = next(e["event_id"] for e in events if e["title"] == ev["title"])
     # Delete first: the new slot may overlap the old one.
     rec.step(("delete_event", {"event_id": target}))
-    (new,) = rec.step(("create_event", {"title": ev["title"], "date": ev["date"], "start": _clock(start),
-                                        "end": _clock(start + duration)}))
-    rec.answer(f"\"{ev['title']}\" on {ev['date']} now runs {new['start']}-{new['end']} ({new['event_id']}).")
+    (new,) = rec.step(
+        (
+            "create_event",
+            {"title": ev["title"], "date": ev["date"], "start": _clock(start), "end": _clock(start + duration)},
+        )
+    )
+    rec.answer(f'"{ev["title"]}" on {ev["date"]} now runs {new["start"]}-{new["end"]} ({new["event_id"]}).')
     return rec, [c.t("reschedule", title=ev["title"], date=ev["date"], start=_clock(start))], WRITE
 
 
@@ -694,8 +893,9 @@ _BUILDERS: dict[str, Callable[[_Ctx], _Built]] = {
 
 def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     rec, turns, reward = _BUILDERS[kind](_Ctx(rng, split, _world(rng, split)))
-    return rec.build(id=task_id, domain=DOMAIN, split=split, user_turns=turns, reward=reward, system=SYSTEM,
-                     metadata={"kind": kind})
+    return rec.build(
+        id=task_id, domain=DOMAIN, split=split, user_turns=turns, reward=reward, system=SYSTEM, metadata={"kind": kind}
+    )
 
 
 def generate(split: str, count: int) -> list[Task]:

@@ -13,7 +13,18 @@ from envace_gym.backends import backend_names, register_backend
 
 from .domains import DOMAINS, check_domain
 
-__all__ = ["DOMAINS", "Tau2Env", "load_suite", "build_task", "ScriptedUser", "LMUser", "Tau2Backend", "score_log", "EpisodeLog", "STOP_TOKENS"]
+__all__ = [
+    "DOMAINS",
+    "Tau2Env",
+    "load_suite",
+    "build_task",
+    "ScriptedUser",
+    "LMUser",
+    "Tau2Backend",
+    "score_log",
+    "EpisodeLog",
+    "STOP_TOKENS",
+]
 
 _LAZY = {
     "Tau2Env": ".env",

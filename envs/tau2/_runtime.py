@@ -40,7 +40,7 @@ def _quiet() -> None:
     logger.disable("tau2")
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def domain_module(domain: str) -> Any:
     """``tau2.domains.<domain>.environment`` (``get_environment``, ``get_tasks``, ``get_tasks_split``)."""
     check_domain(domain)
@@ -106,13 +106,13 @@ def fresh_environment(domain: str, task: Any, history: bool = True) -> Any:
     return env
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def domain_policy(domain: str) -> str:
     """The agent policy text of ``domain`` (what tau2 puts in its agent's system prompt)."""
     return new_environment(domain).get_policy()
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def write_tools(domain: str) -> frozenset[tuple[str, str]]:
     """(requestor, name) of the tools tau2 marks as ``WRITE`` (state-changing), agent and user side."""
     _quiet()
@@ -126,13 +126,13 @@ def write_tools(domain: str) -> frozenset[tuple[str, str]]:
     return frozenset(out)
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def base_tasks(domain: str) -> tuple[Any, ...]:
     """tau2's ``base`` task set of ``domain`` (pydantic ``tau2.data_model.tasks.Task`` objects)."""
     return tuple(domain_module(domain).get_tasks("base"))
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def task_splits(domain: str) -> dict[str, str]:
     """tau2 task id -> ``"train"`` or ``"test"`` from the domain's split file; every task is ``"test"``
     when the file has no train/test split (mock)."""

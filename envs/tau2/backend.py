@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from envace_gym.backends.base import ToolResult, state_digest, validate_call
 from envace_gym.calls import CallError, ErrorCode, ToolCall
@@ -54,7 +55,7 @@ def _refuse(call: ToolCall) -> CallError | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _specs(domain: str) -> tuple[dict[str, ToolSpec], dict[str, ToolSpec], tuple[dict[str, Any], ...]]:
     env = _runtime.new_environment(domain)
     user = env.get_user_tools() if env.user_tools is not None else []
@@ -112,7 +113,9 @@ class Tau2Backend:
             return ToolResult(call, None, error)
         if self.env is None:
             raise RuntimeError("Tau2Backend.reset() must be called before execute()")
-        msg = self.env.get_response(_runtime.tau2_call(call.id or "", call.name, copy.deepcopy(call.arguments), requestor))
+        msg = self.env.get_response(
+            _runtime.tau2_call(call.id or "", call.name, copy.deepcopy(call.arguments), requestor)
+        )
         self.raw[call.id or ""] = (msg.content, bool(msg.error))
         return tau2_result(call, msg.content, bool(msg.error))
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from envace_gym.calls import (
     ErrorCode,
@@ -86,8 +87,12 @@ class Tau2Env(ToolCallEnv):
     ) -> None:
         check_domain(domain)
         if suite is not None and suite != f"tau2/{domain}":
-            raise ValueError(f"suite {suite!r} does not match domain {domain!r}; pass domain= only (suite tau2/{domain})")
-        super().__init__(split=split, tasks=tasks if tasks is not None else load_suite(domain), max_turns=max_turns, **kwargs)
+            raise ValueError(
+                f"suite {suite!r} does not match domain {domain!r}; pass domain= only (suite tau2/{domain})"
+            )
+        super().__init__(
+            split=split, tasks=tasks if tasks is not None else load_suite(domain), max_turns=max_turns, **kwargs
+        )
         self.domain = domain
         self.user = make_user(user)
         self.judge = make_judge(judge)
@@ -111,10 +116,14 @@ class Tau2Env(ToolCallEnv):
         assert task is not None
         meta = task.metadata.get("tau2")
         if not meta or meta.get("domain") != self.domain:
-            raise ValueError(f"task {task.id!r} is not a tau2 {self.domain} task (build it with envace_gym.envs.tau2.build_task)")
+            raise ValueError(
+                f"task {task.id!r} is not a tau2 {self.domain} task (build it with envace_gym.envs.tau2.build_task)"
+            )
         tau = _runtime.parse_task(meta["task"])
-        if self.judge is None and tau.evaluation_criteria is not None and any(
-            b.value == "NL_ASSERTION" for b in tau.evaluation_criteria.reward_basis
+        if (
+            self.judge is None
+            and tau.evaluation_criteria is not None
+            and any(b.value == "NL_ASSERTION" for b in tau.evaluation_criteria.reward_basis)
         ):
             raise ValueError(f"task {task.id!r} is graded on NL_ASSERTION; pass judge=... to the env")
         history = list(tau.initial_state.message_history or []) if tau.initial_state is not None else []
@@ -124,7 +133,10 @@ class Tau2Env(ToolCallEnv):
         self._result_info = {}
         self.log = EpisodeLog(log_from_history(history) if history else [LoggedMessage("assistant", GREETING)])
         self._history_calls = len(self.log.calls())
-        self.messages = [{"role": "system", "content": task.system or self.system_prompt}, *self._agent_view(self.log.messages)]
+        self.messages = [
+            {"role": "system", "content": task.system or self.system_prompt},
+            *self._agent_view(self.log.messages),
+        ]
         self._user_view = [
             {"role": "system", "content": user_system_prompt(meta.get("scenario", ""), bool(self.user_tools))},
             *self._user_view_of(self.log.messages),
@@ -236,7 +248,9 @@ class Tau2Env(ToolCallEnv):
         self._user_view.append({"role": "assistant", "content": text})
         logged = []
         for err in parsed.errors:
-            self._user_view.append({"role": "tool", "name": err.tool or "", "content": json.dumps({"error": err.to_dict()})})
+            self._user_view.append(
+                {"role": "tool", "name": err.tool or "", "content": json.dumps({"error": err.to_dict()})}
+            )
         for i, call in enumerate(parsed.calls):
             call = ToolCall(call.name, call.arguments, f"user_call_{len(self.log.messages)}_{i}")
             world = self._user_world()
@@ -257,7 +271,7 @@ class Tau2Env(ToolCallEnv):
             self._shadow.reset(self.task)  # applies the initial history's calls
             self._shadow_applied = self._history_calls
         calls = self.log.calls()
-        for c in calls[self._shadow_applied:]:
+        for c in calls[self._shadow_applied :]:
             if c.requestor == "assistant":  # the user's own calls ran on the shadow already
                 self._shadow.env.get_response(_runtime.tau2_call(c.id, c.name, copy.deepcopy(c.arguments), "assistant"))
         self._shadow_applied = len(calls)
@@ -272,8 +286,13 @@ class Tau2Env(ToolCallEnv):
             agent_calls = [c for c in m.calls if c.requestor == "assistant"]
             if m.role == "assistant" and agent_calls:
                 calls = [ToolCall(c.name, c.arguments, c.id) for c in agent_calls]
-                out.append({"role": "assistant", "content": format_calls(calls), "tool_calls": tool_calls_to_openai(calls)})
-                out.extend({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": c.content or ""} for c in agent_calls)
+                out.append(
+                    {"role": "assistant", "content": format_calls(calls), "tool_calls": tool_calls_to_openai(calls)}
+                )
+                out.extend(
+                    {"role": "tool", "tool_call_id": c.id, "name": c.name, "content": c.content or ""}
+                    for c in agent_calls
+                )
             elif m.text:
                 out.append({"role": m.role, "content": m.text})
         return out
@@ -285,5 +304,7 @@ class Tau2Env(ToolCallEnv):
         for m in messages:
             if m.text:
                 out.append({"role": "user" if m.role == "assistant" else "assistant", "content": m.text})
-            out.extend({"role": "tool", "name": c.name, "content": c.content or ""} for c in m.calls if c.requestor == "user")
+            out.extend(
+                {"role": "tool", "name": c.name, "content": c.content or ""} for c in m.calls if c.requestor == "user"
+            )
         return out

@@ -8,7 +8,8 @@ domains has ``NL_ASSERTION`` in its reward basis, so by default the verdicts are
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["ChecklistJudge", "make_judge", "JUDGE_PROMPT"]
 

@@ -9,7 +9,8 @@ actions fail by design (e.g. a second return of the same order), and changing th
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from . import _runtime
 from .scoring import gold_hashes
@@ -27,7 +28,8 @@ def end_state(domain: str, task: Any, actions: Sequence[GoldAction]) -> tuple[st
     """(agent DB hash, user DB hash) after ``actions`` from ``task``'s initial state (cached)."""
     data = task.model_dump(mode="json", exclude_none=True)
     data.setdefault("evaluation_criteria", {})["actions"] = [
-        {"action_id": f"a{i}", "requestor": req, "name": name, "arguments": args} for i, (req, name, args) in enumerate(actions)
+        {"action_id": f"a{i}", "requestor": req, "name": name, "arguments": args}
+        for i, (req, name, args) in enumerate(actions)
     ]
     return gold_hashes(domain, data)
 
@@ -66,7 +68,9 @@ def _wrong_arguments(actions: list[GoldAction], writes: list[int]) -> Iterator[l
                 break
 
 
-def _extra_writes(domain: str, actions: list[GoldAction], task: Any, others: Sequence[Any]) -> Iterator[list[GoldAction]]:
+def _extra_writes(
+    domain: str, actions: list[GoldAction], task: Any, others: Sequence[Any]
+) -> Iterator[list[GoldAction]]:
     own = {repr(a) for a in actions}
     for other in others:
         if other.id != task.id:
@@ -79,7 +83,7 @@ def _extra_writes(domain: str, actions: list[GoldAction], task: Any, others: Seq
 
 def _swaps(actions: list[GoldAction], writes: list[int]) -> Iterator[list[GoldAction]]:
     for n, i in enumerate(writes):
-        for j in writes[n + 1:]:
+        for j in writes[n + 1 :]:
             if actions[i] != actions[j]:
                 out = list(actions)
                 out[i], out[j] = out[j], out[i]

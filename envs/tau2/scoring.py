@@ -19,9 +19,10 @@ The reward is the product of the task's ``reward_basis`` components.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from envace_gym.calls import canonical_json
 
@@ -86,7 +87,9 @@ def action_matches(action: Any, call: LoggedCall) -> bool:
     keys = list(call.arguments) if action.compare_args is None else action.compare_args
     if not keys:
         return True
-    return {k: v for k, v in call.arguments.items() if k in keys} == {k: v for k, v in action.arguments.items() if k in keys}
+    return {k: v for k, v in call.arguments.items() if k in keys} == {
+        k: v for k, v in action.arguments.items() if k in keys
+    }
 
 
 def communicated(info: str, texts: Sequence[str]) -> bool:
@@ -151,7 +154,9 @@ def score_log(
     return Tau2Score(reward, components, checks)
 
 
-def _env_checks(domain: str, task_data: dict[str, Any], task: Any, log: EpisodeLog, final_env: Any) -> tuple[bool, list[bool]]:
+def _env_checks(
+    domain: str, task_data: dict[str, Any], task: Any, log: EpisodeLog, final_env: Any
+) -> tuple[bool, list[bool]]:
     criteria = task.evaluation_criteria
     if criteria.actions is None and criteria.env_assertions is None:
         return True, []  # tau2: nothing to compare

@@ -10,8 +10,9 @@ script step); an LM user writes its own.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import Any
 
 from envace_gym.env import DEFAULT_SYSTEM_PROMPT
 from envace_gym.tasks import RefCall, RefTurn, Task, TaskSuite, register_reward_basis
@@ -20,7 +21,15 @@ from . import _runtime
 from .domains import check_domain
 from .scoring import BASES
 
-__all__ = ["AGENT_INSTRUCTIONS", "load_suite", "build_task", "GoldAction", "gold_actions", "agent_tools", "system_prompt"]
+__all__ = [
+    "AGENT_INSTRUCTIONS",
+    "load_suite",
+    "build_task",
+    "GoldAction",
+    "gold_actions",
+    "agent_tools",
+    "system_prompt",
+]
 
 AGENT_INSTRUCTIONS = (
     "You are a customer service agent. Help the user by following the policy below. In each message either "
@@ -41,7 +50,7 @@ def system_prompt(domain: str) -> str:
     return f"{AGENT_INSTRUCTIONS}\n\n{DEFAULT_SYSTEM_PROMPT}\n\n<policy>\n{_runtime.domain_policy(domain)}\n</policy>"
 
 
-@lru_cache(maxsize=None)
+@cache
 def agent_tools(domain: str) -> tuple[dict[str, Any], ...]:
     """OpenAI schemas of the domain's agent tools (tau2's ``Tool.openai_schema``)."""
     return tuple(t.openai_schema for t in _runtime.new_environment(domain).get_tools())
@@ -85,7 +94,9 @@ def _final_answer(task: Any) -> str:
     return ("Here is a summary: " + "; ".join(info) + ".") if info else "Your request has been handled."
 
 
-def build_task(domain: str, task: Any, split: str = "test", actions: Iterable[GoldAction] | None = None, id_suffix: str = "") -> Task:
+def build_task(
+    domain: str, task: Any, split: str = "test", actions: Iterable[GoldAction] | None = None, id_suffix: str = ""
+) -> Task:
     """Our :class:`Task` for one tau2 task. ``actions`` replaces the gold actions in the oracle's plan and
     the scripted user's script (perturbation checks); scoring always uses the task's own criteria."""
     register_bases()
@@ -124,7 +135,7 @@ def build_task(domain: str, task: Any, split: str = "test", actions: Iterable[Go
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_suite(domain: str) -> TaskSuite:
     """All tasks of tau2's ``base`` task set for ``domain``, split into train/test by tau2's split file
     (all ``test`` for mock, which has none)."""

@@ -102,7 +102,11 @@ def to_tau2_messages(log: EpisodeLog) -> list[Any]:
         cls = AssistantMessage if m.role == "assistant" else UserMessage
         out.append(cls(role=m.role, content=text, tool_calls=calls, turn_idx=len(out)))
         for c in m.calls:
-            out.append(ToolMessage(id=c.id, role="tool", content=c.content, requestor=c.requestor, error=c.error, turn_idx=len(out)))
+            out.append(
+                ToolMessage(
+                    id=c.id, role="tool", content=c.content, requestor=c.requestor, error=c.error, turn_idx=len(out)
+                )
+            )
     return out
 
 

@@ -67,7 +67,7 @@ class ScriptedUser:
         turns = self.task.user_turns
         script = self.task.metadata.get("tau2", {}).get("user_script", [])
         if self._pending and messages and messages[-1]["role"] == "tool":  # results of the calls we just made
-            results = [m["content"] for m in messages if m["role"] == "tool"][-len(self._pending):]
+            results = [m["content"] for m in messages if m["role"] == "tool"][-len(self._pending) :]
             done = "; ".join(f"{c.name} -> {r}" for c, r in zip(self._pending, results))
             self._pending = []
             return f"{turns[self._step - 1]} ({done})"
@@ -116,7 +116,5 @@ def make_user(spec: Any) -> Any:
     if hasattr(spec, "act"):
         return LMUser(spec)
     raise ValueError(
-        f"unknown user {spec!r}; use 'scripted', 'lm', 'lm:SPEC', an object with reply(messages, tools) "
-        "or an LMPolicy"
+        f"unknown user {spec!r}; use 'scripted', 'lm', 'lm:SPEC', an object with reply(messages, tools) or an LMPolicy"
     )
-
