@@ -9,24 +9,24 @@ from importlib import import_module
 from typing import Any
 
 _LAZY = {
-    "LMPolicy": ".policy",
-    "ImagineRequest": ".policy",
-    "Generation": ".engine",
-    "SamplingConfig": ".engine",
-    "HFEngine": ".engine",
-    "VLLMEngine": ".engine",
+    "LMPolicy": ".lm.policy",
+    "ImagineRequest": ".lm.policy",
+    "Generation": ".lm.engine",
+    "SamplingConfig": ".lm.engine",
+    "HFEngine": ".lm.engine",
+    "VLLMEngine": ".lm.engine",
     "Trajectory": ".rollout",
     "EnvRoleSample": ".rollout",
     "collect": ".rollout",
     "save_trajectories": ".rollout",
     "load_trajectories": ".rollout",
-    "SFTConfig": ".sft",
-    "train_sft": ".sft",
-    "tiny_policy": ".testing",
+    "SFTConfig": ".train.sft",
+    "train_sft": ".train.sft",
+    "tiny_policy": ".lm.policy",
     "OraclePolicy": ".scripted",
     "RandomPolicy": ".scripted",
     "NoopPolicy": ".scripted",
-    "evaluate": ".evaluate",
+    "evaluate": ".eval.evaluate",
 }
 
 __all__ = sorted(_LAZY)

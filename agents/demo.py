@@ -18,11 +18,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from .engine import SamplingConfig
-from .evaluate import EvalReport
-from .policy import LMPolicy
-from .rollout import Trajectory, collect, save_trajectories
-from .sft import SFTConfig, build_sft_examples, train_sft
+from envace_gym.agents.eval.evaluate import EvalReport
+from envace_gym.agents.lm.engine import SamplingConfig
+from envace_gym.agents.lm.policy import LMPolicy
+from envace_gym.agents.rollout import Trajectory, collect, save_trajectories
+from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
 
 __all__ = ["DemoConfig", "run_demo"]
 

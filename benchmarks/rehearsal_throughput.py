@@ -21,9 +21,9 @@ import time
 import gymnasium as gym
 
 import envace_gym  # noqa: F401  (registers the env)
-from envace_gym.agents.engine import SamplingConfig
-from envace_gym.agents.fidelity import fidelity_report
-from envace_gym.agents.policy import LMPolicy
+from envace_gym.agents.eval.fidelity import fidelity_report
+from envace_gym.agents.lm.engine import SamplingConfig
+from envace_gym.agents.lm.policy import LMPolicy
 
 
 class Counting:

@@ -22,8 +22,8 @@ import gymnasium as gym
 import torch
 
 import envace_gym  # noqa: F401  (registers the env)
-from envace_gym.agents.engine import SamplingConfig
-from envace_gym.agents.policy import LMPolicy
+from envace_gym.agents.lm.engine import SamplingConfig
+from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.rollout import collect
 
 

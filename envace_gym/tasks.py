@@ -8,7 +8,9 @@ imagined tool results.
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -274,6 +276,22 @@ class TaskSuite(Sequence[Task]):
     @property
     def domains(self) -> list[str]:
         return sorted({t.domain for t in self._tasks})
+
+    def episode_order(self, episodes: int | None = None, seed: int = 0) -> list[Task]:
+        """The tasks of ``episodes`` evaluation episodes (default: each task once), the one seeded order that
+        every evaluation uses: each domain's tasks shuffled by ``seed``, domains interleaved, so any prefix
+        is balanced across domains and no task repeats before every task has run once."""
+        rng = random.Random(seed)
+        by_domain: dict[str, list[Task]] = {}
+        for task in self._tasks:
+            by_domain.setdefault(task.domain, []).append(task)
+        for tasks in by_domain.values():
+            rng.shuffle(tasks)
+        order = [t for round_ in itertools.zip_longest(*by_domain.values()) for t in round_ if t is not None]
+        if not order:
+            return []
+        n = len(order) if episodes is None else episodes
+        return [order[i % len(order)] for i in range(n)]
 
     def __add__(self, other: TaskSuite) -> TaskSuite:
         return TaskSuite([*self._tasks, *other._tasks], f"{self.name}+{other.name}")

@@ -11,11 +11,11 @@ import gymnasium as gym
 from forced import ForcedTokens
 
 from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
-from envace_gym.agents import engine as engine_module
-from envace_gym.agents.batching import BatchingImaginer, step_concurrently
-from envace_gym.agents.engine import SamplingConfig
+from envace_gym.agents.lm import engine as engine_module
+from envace_gym.agents.lm.engine import SamplingConfig
+from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.rollout import collect
-from envace_gym.agents.testing import tiny_policy
+from envace_gym.agents.rollout.batching import BatchingImaginer, step_concurrently
 from envace_gym.rehearsal import ImagineRequest
 
 
@@ -109,7 +109,7 @@ def test_collect_sends_the_env_role_of_all_envs_as_one_batch(monkeypatch):
 
 
 def test_fidelity_batched_equals_one_by_one_for_a_greedy_model():
-    from envace_gym.agents.fidelity import fidelity_report
+    from envace_gym.agents.eval.fidelity import fidelity_report
 
     policy = tiny_policy(sampling=SamplingConfig(temperature=0.0, max_new_tokens=12, seed=0))
 

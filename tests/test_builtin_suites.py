@@ -9,7 +9,7 @@ import pytest
 from domain_checks import reference_hash, score
 
 import envace_gym
-from envace_gym.agents.evaluate import evaluate
+from envace_gym.agents.eval.evaluate import evaluate
 from envace_gym.agents.scripted import NoopPolicy, OraclePolicy, RandomPolicy
 from envace_gym.rewards import normalize_answer
 from envace_gym.suites import load_suite

@@ -13,11 +13,11 @@ from forced import ForcedTokens
 
 import envace_gym
 from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
-from envace_gym.agents import engine as engine_module
-from envace_gym.agents.engine import SamplingConfig
+from envace_gym.agents.lm import engine as engine_module
+from envace_gym.agents.lm.engine import SamplingConfig
+from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.rollout import collect
 from envace_gym.agents.scripted import OraclePolicy, play_episode
-from envace_gym.agents.testing import tiny_policy
 from envace_gym.rehearsal import RealResultImaginer, parse_inline_result
 
 
@@ -150,8 +150,8 @@ def test_inline_request_carries_the_actor_conversation_and_keeps_the_text_verbat
 
 
 def test_env_role_warm_start_also_targets_tool_messages_in_inline_form():
-    from envace_gym.agents.chat import encode_conversation
-    from envace_gym.agents.sft import build_sft_examples
+    from envace_gym.agents.lm.chat import encode_conversation
+    from envace_gym.agents.train.sft import build_sft_examples
 
     policy = tiny_policy(seed=4)
     env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")
@@ -196,8 +196,8 @@ QWEN_LIKE = (
 def test_inline_with_a_template_that_wraps_tool_results():
     import copy
 
-    from envace_gym.agents.engine import Generation
-    from envace_gym.agents.policy import LMPolicy
+    from envace_gym.agents.lm.engine import Generation
+    from envace_gym.agents.lm.policy import LMPolicy
     from envace_gym.rehearsal import ImagineRequest
 
     base = tiny_policy()

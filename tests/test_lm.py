@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import envace_gym
-from envace_gym.agents.chat import ChatFormat, encode_conversation
-from envace_gym.agents.engine import SamplingConfig
+from envace_gym.agents.lm.chat import ChatFormat, encode_conversation
+from envace_gym.agents.lm.engine import SamplingConfig
+from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.rollout import Trajectory, collect, load_trajectories, save_trajectories
-from envace_gym.agents.testing import tiny_policy
 
 
 @pytest.fixture(scope="module")

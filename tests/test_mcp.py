@@ -7,7 +7,7 @@ import gymnasium as gym
 import pytest
 
 from envace_gym import ToolCall, format_calls
-from envace_gym.agents.evaluate import evaluate
+from envace_gym.agents.eval.evaluate import evaluate
 from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.backends.mcp import MCPBackend
 

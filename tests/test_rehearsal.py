@@ -168,8 +168,8 @@ def test_replay_miss_and_corrupt_file(tmp_path):
 
 
 def test_lm_policy_as_env_role_records_samples():
-    from envace_gym.agents.engine import SamplingConfig
-    from envace_gym.agents.testing import tiny_policy
+    from envace_gym.agents.lm.engine import SamplingConfig
+    from envace_gym.agents.lm.policy import tiny_policy
 
     policy = tiny_policy(sampling=SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0))
     env = SelfRehearsalEnv(gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test"), policy)
@@ -182,8 +182,8 @@ def test_lm_policy_as_env_role_records_samples():
 
 
 def test_fidelity_report_fields_and_perfect_simulator():
-    from envace_gym.agents.fidelity import fidelity_report, leaf_f1
-    from envace_gym.agents.testing import tiny_policy
+    from envace_gym.agents.eval.fidelity import fidelity_report, leaf_f1
+    from envace_gym.agents.lm.policy import tiny_policy
 
     made = []
 

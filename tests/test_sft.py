@@ -3,11 +3,10 @@ import json
 import gymnasium as gym
 import torch
 
-from envace_gym.agents.engine import SamplingConfig
-from envace_gym.agents.policy import LMPolicy
+from envace_gym.agents.lm.engine import SamplingConfig
+from envace_gym.agents.lm.policy import LMPolicy, tiny_policy
 from envace_gym.agents.rollout import collect
-from envace_gym.agents.sft import SFTConfig, _collate, actor_token_loss, build_sft_examples, train_sft
-from envace_gym.agents.testing import tiny_policy
+from envace_gym.agents.train.sft import SFTConfig, _collate, actor_token_loss, build_sft_examples, train_sft
 from envace_gym.cli import main
 
 
@@ -148,7 +147,7 @@ def test_env_role_examples_target_the_real_result():
 
 
 def test_long_env_role_examples_keep_their_target():
-    from envace_gym.agents.sft import SFTExample
+    from envace_gym.agents.train.sft import SFTExample
 
     long = SFTExample("t", list(range(10, 2010)), [0] * 1990 + [1] * 10, head=5, keep_end=True)
     actor = SFTExample("t", list(range(10, 2010)), [1] * 2000, head=5)

@@ -19,11 +19,12 @@ from typing import Any
 import gymnasium as gym
 from tqdm.auto import tqdm
 
+from envace_gym.agents.eval.evaluate import EpisodeResult, count_calls
+from envace_gym.agents.lm.chat import ROLES, TokenStream
+from envace_gym.agents.lm.engine import SamplingConfig
+from envace_gym.agents.lm.policy import LMPolicy
+
 from .batching import BatchingImaginer, step_concurrently
-from .chat import ROLES, TokenStream
-from .engine import SamplingConfig
-from .evaluate import EpisodeResult, count_calls
-from .policy import LMPolicy
 
 __all__ = ["EnvRoleSample", "Trajectory", "collect", "save_trajectories", "load_trajectories"]
 

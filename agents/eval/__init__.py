@@ -1,0 +1,5 @@
+"""Evaluation: episode reports (:func:`evaluate`) and the env role's fidelity report."""
+
+from .evaluate import EpisodeResult, EvalReport, evaluate
+
+__all__ = ["EpisodeResult", "EvalReport", "evaluate"]
