@@ -36,10 +36,15 @@ class Registry(Generic[T]):
             known = ", ".join(self.names()) or "none"
             raise KeyError(f"unknown {self.kind} {name!r}; registered: {known}") from None
         if isinstance(entry, str):
-            module, _, attr = entry.partition(":")
-            entry = getattr(importlib.import_module(module), attr)
+            entry = self._import(entry)
             self._entries[name] = entry
         return entry
+
+    @staticmethod
+    def _import(path: str) -> Any:
+        """The object a ``"module:attr"`` string names."""
+        module, _, attr = path.partition(":")
+        return getattr(importlib.import_module(module), attr)
 
     def make(self, name: str, *args: Any, **kwargs: Any) -> T:
         return self.resolve(name)(*args, **kwargs)

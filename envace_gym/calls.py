@@ -30,6 +30,9 @@ __all__ = [
     "parse_calls",
     "format_calls",
     "canonical_json",
+    "strip_reasoning",
+    "INVALID_CALL_CODES",
+    "THINK_BLOCK",
 ]
 
 
@@ -41,6 +44,12 @@ class ErrorCode(str, Enum):
     INVALID_PARAMETERS = "INVALID_PARAMETERS"
     TOOL_EXECUTION_ERROR = "TOOL_EXECUTION_ERROR"
     TOOL_TIMEOUT = "TOOL_TIMEOUT"
+
+
+#: Codes of calls that were invalid and never ran (the agent's mistake); the other codes are the world's answer.
+INVALID_CALL_CODES = frozenset(
+    {ErrorCode.INVALID_TOOL_CALL_FORMAT, ErrorCode.TOOL_NOT_AVAILABLE, ErrorCode.INVALID_PARAMETERS}
+)
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,8 @@ def canonical_json(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------- parsing
-_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
+#: A reasoning block; an unterminated one runs to the end of the text. Nothing inside it is ever parsed.
+THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN_TAG = "<tool_call>"
 _CLOSE_TAG = "</tool_call>"
@@ -112,8 +122,8 @@ def parse_calls(text: Any) -> ParsedAction:
     """
     if not isinstance(text, str):
         return ParsedAction("", [], [_format_error(f"action must be a string, got {type(text).__name__}")])
-    reasoning_parts = [m.group(0) for m in _THINK.finditer(text)]
-    visible = _THINK.sub("", text)
+    reasoning_parts = [m.group(0) for m in THINK_BLOCK.finditer(text)]
+    visible = strip_reasoning(text)
     reasoning = "\n".join(_strip_think_tags(p) for p in reasoning_parts).strip()
 
     if _OPEN_TAG in visible or _CLOSE_TAG in visible:
@@ -131,6 +141,11 @@ def parse_calls(text: Any) -> ParsedAction:
             calls, errors = py
             return ParsedAction("", calls, errors, reasoning)
     return ParsedAction(stripped, [], [], reasoning)
+
+
+def strip_reasoning(text: str) -> str:
+    """``text`` without its ``<think>`` blocks (the visible part that may hold calls or answers)."""
+    return THINK_BLOCK.sub("", text)
 
 
 def _strip_think_tags(block: str) -> str:

@@ -4,6 +4,7 @@ Action: the assistant's message text. Each step parses it with :func:`envace_gym
 calls are executed by the episode's backend (after its deterministic checks) and the observation is
 their results; a message with no call is an answer, which moves to the next user turn or ends the
 episode with the task's reward. Bad actions never raise: they become structured error observations.
+Benchmark envs (BFCL, tau2) subclass it through the public hooks listed in :class:`ToolCallEnv`.
 """
 
 from __future__ import annotations
@@ -16,12 +17,21 @@ from typing import Any
 import gymnasium as gym
 
 from .backends import Backend, ReplayBackend, ToolResult, make_backend
-from .backends.mcp import MCPBackend
-from .calls import CallError, ErrorCode, ParsedAction, ToolCall, parse_calls, tool_calls_to_openai
+from .backends.spec import parse_backend_spec
+from .calls import (
+    INVALID_CALL_CODES,
+    CallError,
+    ErrorCode,
+    ParsedAction,
+    ToolCall,
+    parse_calls,
+    tool_calls_to_openai,
+)
 from .rewards import EpisodeRecord, reference_state_hash, score_episode
 from .spaces import UnicodeText
 from .suites import load_suite
 from .tasks import Task, TaskSuite
+from .transcript import render_transcript
 
 __all__ = ["ToolCallEnv", "DEFAULT_SYSTEM_PROMPT", "clip"]
 
@@ -52,8 +62,9 @@ class ToolCallEnv(gym.Env[str, str]):
         backend: ``"real"`` (each task's registered real backend), ``"replay:PATH"`` (results from a
             JSONL cache; a miss is an error), ``"cache:PATH"`` (cache first, then the real backend, whose
             answers are written back: recording), ``"mcp:COMMAND"`` (an MCP server over stdio, started with
-            COMMAND, e.g. ``mcp:python -m envace_gym.envs.builtin.mcp_server``), ``"mcp:http://127.0.0.1:PORT/mcp"``
-            (a running MCP server over loopback HTTP), or a callable ``task -> Backend``.
+            COMMAND, e.g. ``mcp:python -m envace_gym.envs.builtin.mcp_server``),
+            ``"mcp:http://127.0.0.1:PORT/mcp"`` (a running MCP server over loopback HTTP), or a callable
+            ``task -> Backend``. Imagined results: wrap the env in :class:`envace_gym.SelfRehearsalEnv`.
         max_turns: assistant messages per episode before truncation (a task's own ``max_turns`` wins).
         tool_timeout: seconds one tool call may run before it becomes a ``TOOL_TIMEOUT`` error.
         max_action_chars: longer actions are refused with an error observation (and kept in history).
@@ -61,9 +72,42 @@ class ToolCallEnv(gym.Env[str, str]):
         max_result_chars: each tool result shown to the agent is cut to this length.
         system_prompt: used for tasks that carry no system message of their own.
         render_mode: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
+
+    ``reset(options=...)`` takes ``task_id``, ``suite``, ``split``, and ``backend``: a :class:`Backend` that
+    answers this one episode's calls instead of the env's own (the seam :class:`SelfRehearsalEnv` uses;
+    the env's configuration is not changed). :meth:`fork` copies an env at its current state.
+
+    **Hooks for benchmark envs.** A subclass (see ``envs/bfcl/env.py``, ``envs/tau2/env.py``) overrides
+    any of these public methods, calls ``super()`` where it extends rather than replaces, and returns what
+    each documents; none of them is called by the user:
+
+    * :meth:`backend_for` ``(task, given) -> Backend``: the backend that answers this episode (``given``:
+      the one passed to ``reset``, if any); e.g. wrap it to hide tools that a turn has not offered yet.
+      A wrapping backend should implement ``copy()`` too, so that :meth:`fork` works.
+    * :meth:`run_calls` ``(calls, errors) -> (observation, results)``: execute one message's calls and
+      append their tool messages; ``errors`` are the message's format errors. Extend it to log calls.
+    * :meth:`on_answer` ``(content) -> (observation, terminated)``: an assistant message without calls;
+      default: the next scripted user turn, or the end of the episode. Replace it to ask a simulated user.
+    * :meth:`score` ``() -> (reward, components)``: at the end of an episode. Default: the task's reward
+      bases, each scored by the function registered with :func:`envace_gym.rewards.register_reward_basis`
+      (which receives the env as ``ctx.env``), multiplied; register your benchmark's basis there.
+    * :meth:`build_info` ``(results, errors) -> dict``: the ``info`` of a step or reset; extend it to add
+      or filter keys (e.g. hide tools).
+    * :meth:`abort` ``(reason) -> dict``: end the episode now with reward 0; returns the ``info`` keys to
+      report. Extend it to record how your benchmark names such an end.
+    * :meth:`end_episode` ``() -> (reward, components)``: call it from a hook to end the episode early
+      (a benchmark's own limit) and score it.
+
+    State a hook may read: ``task``, ``backend``, ``messages`` (the chat so far, OpenAI format),
+    ``user_turn`` (index of the current user turn; ``on_answer`` advances it), ``record`` (successful calls
+    and per-turn answers, what the builtin bases score), ``steps`` (assistant messages so far).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+
+    #: Attributes that :meth:`fork` shares with the copy instead of copying (large and never mutated by an
+    #: episode). A subclass adds its own (a user simulator holding a model, say).
+    fork_shared: tuple[str, ...] = ("suite", "pool", "task", "backend_spec", "observation_space", "action_space")
 
     def __init__(
         self,
@@ -81,22 +125,17 @@ class ToolCallEnv(gym.Env[str, str]):
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
-        if (
-            isinstance(backend, str)
-            and backend != "real"
-            and backend.partition(":")[0] not in ("replay", "cache", "mcp")
-        ):
-            raise ValueError(
-                f"unknown backend {backend!r}; use 'real', 'replay:PATH', 'cache:PATH', 'mcp:COMMAND' or a callable task -> Backend "
-                "(imagined results: wrap the env in envace_gym.SelfRehearsalEnv)"
-            )
-        self.suite = (
-            tasks
-            if isinstance(tasks, TaskSuite)
-            else TaskSuite(tasks, "custom")
-            if tasks is not None
-            else load_suite(suite)
-        )
+        if isinstance(backend, str):
+            spec = parse_backend_spec(backend)
+            if spec.imagined:
+                raise ValueError(
+                    f"backend {backend!r} is imagined: wrap the env in envace_gym.SelfRehearsalEnv(env, policy) "
+                    "(the CLI's --backend self does this)"
+                )
+        if isinstance(tasks, TaskSuite):
+            self.suite = tasks
+        else:
+            self.suite = TaskSuite(tasks, "custom") if tasks is not None else load_suite(suite)
         self.split = split
         self.pool = self._pool(self.suite, split)
         self.backend_spec = backend
@@ -117,35 +156,39 @@ class ToolCallEnv(gym.Env[str, str]):
         self.backend: Backend | None = None
         self.task: Task | None = None
         self.messages: list[dict[str, Any]] = []
-        self._record = EpisodeRecord()
-        self._user_turn = 0
-        self._steps = 0
-        self._done = True
+        self.record = EpisodeRecord()
+        self.user_turn = 0
+        self.steps = 0
+        self.done = True
+        self.call_counts = {"ok": 0, "failed": 0}
         self._call_seq = 0
         self.episode_index = -1  # counts resets: lets observers tell episodes apart
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Start an episode. ``options``: ``task_id``, or ``suite`` and/or ``split`` to draw from."""
+        """Start an episode. ``options``: ``task_id``, or ``suite`` and/or ``split`` to draw from; ``backend``
+        (a :class:`Backend`) answers this episode instead of the env's own."""
         super().reset(seed=seed)
-        options = options or {}
+        options = dict(options or {})
+        override = options.pop("backend", None)
         self.task = self._select_task(options)
-        self.backend = self._backend_for(self.task)
+        self.backend = self.backend_for(self.task, override)
         self.backend.reset(self.task, seed=seed)
         self.messages = [{"role": "system", "content": self.task.system or self.system_prompt}]
         self.messages.append({"role": "user", "content": self.task.user_turns[0]})
-        self._record = EpisodeRecord(turn_answers=[None] * len(self.task.user_turns))
-        self._user_turn = 0
-        self._steps = 0
+        self.record = EpisodeRecord(turn_answers=[None] * len(self.task.user_turns))
+        self.user_turn = 0
+        self.steps = 0
+        self.call_counts = {"ok": 0, "failed": 0}
         self._call_seq = 0
-        self._done = False
+        self.done = False
         self.episode_index += 1
-        return self.task.user_turns[0], self._info([], [])
+        return self.task.user_turns[0], self.build_info([], [])
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._done or self.task is None:
+        if self.done or self.task is None:
             raise RuntimeError("the episode is over (or never started): call reset() first")
-        self._steps += 1
+        self.steps += 1
         parsed, refusal = self._parse(action)
         text = action if isinstance(action, str) else repr(action)
         calls = parsed.calls[: self.max_calls_per_step]
@@ -167,18 +210,23 @@ class ToolCallEnv(gym.Env[str, str]):
         terminated = False
         results: list[ToolResult] = []
         if errors or calls:
-            observation = self._run_calls(calls, errors, results)
+            observation, results = self.run_calls(calls, errors)
         else:
-            observation, terminated = self._answer(parsed.content)
-        truncated = not terminated and self._steps >= (self.task.max_turns or self.max_turns)
-        reward, components = 0.0, {}
-        if terminated or truncated:
-            self._done = True
-            reward, components = self._score()
-        info = self._info(results, errors)
+            observation, terminated = self.on_answer(parsed.content)
+        self._count_calls(results, errors)
+        fatal = next((r for r in results if r.fatal), None)
+        truncated = not terminated and not self.done and self.steps >= (self.task.max_turns or self.max_turns)
+        reward, components, ended = 0.0, {}, {}
+        if fatal is not None and not truncated and not self.done:
+            ended = self.abort(f"unusable imagined result: {fatal.error.message if fatal.error else 'fatal'}")
+            terminated = True
+        elif terminated or truncated:
+            reward, components = self.end_episode()
+        info = self.build_info(results, errors)
         if components:
             info["reward_components"] = components
             info["success"] = reward >= 1.0
+        info.update(ended)
         if self.render_mode == "human":
             self.render()
         return observation, reward, terminated, truncated, info
@@ -198,20 +246,160 @@ class ToolCallEnv(gym.Env[str, str]):
         self._backends.clear()
         super().close()
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ public helpers
     def transcript(self) -> str:
         """The episode so far as readable text."""
-        lines = []
-        for msg in self.messages:
-            role = msg["role"]
-            label = f"tool {msg.get('name', '')}".strip() if role == "tool" else role
-            lines.append(f"[{label}] {msg.get('content', '')}")
-        return "\n".join(lines)
+        return render_transcript(self.messages)
 
-    @property
-    def record(self) -> EpisodeRecord:
-        """Successful calls, per-turn answers and (after the episode) the final state hash."""
-        return self._record
+    def fork(self) -> ToolCallEnv:
+        """An independent copy of this env at its current state, backend included: steps on the copy do not
+        affect this env, nor the other way round (test-time rehearsal runs on forks). The task suite and
+        the other attributes in :attr:`fork_shared` are shared. Raises :class:`BackendCopyError` when the
+        episode's backend cannot be copied (an MCP server)."""
+        backend = self.backend.copy() if self.backend is not None else None
+        memo: dict[int, Any] = {
+            id(getattr(self, name)): getattr(self, name) for name in self.fork_shared if hasattr(self, name)
+        }
+        if self.backend is not None:
+            memo[id(self.backend)] = backend
+        # Backends built for other tasks are not the episode's: the fork builds its own when it needs them.
+        memo[id(self._backends)] = {}
+        return copy.deepcopy(self, memo)
+
+    def real_backend_for(self, task: Task) -> Backend:
+        """A fresh real backend for ``task``: the reference state for ``state_match`` always comes from one,
+        whatever backend answers the agent's calls."""
+        if task.backend:
+            return make_backend(task.backend, timeout=self.tool_timeout)
+        if callable(self.backend_spec):
+            return self.backend_spec(task)
+        raise ValueError(f"task {task.id!r} names no backend")
+
+    # ------------------------------------------------------------------ hooks (see the class docstring)
+    def backend_for(self, task: Task, given: Backend | None = None) -> Backend:
+        """The backend that answers ``task``'s episode: ``given`` (the one passed to ``reset`` with
+        ``options={"backend": ...}``) when there is one, else the env's own (built once per backend name,
+        then reset per episode). Override it to wrap either."""
+        if given is not None:
+            return given
+        if callable(self.backend_spec):
+            return self.backend_spec(task)
+        spec = parse_backend_spec(self.backend_spec)
+        if spec.kind == "mcp":  # one server for every task: it resets itself to each task's initial state
+            if "mcp" not in self._backends:
+                from .backends.mcp import MCPBackend
+
+                self._backends["mcp"] = MCPBackend(spec.target, timeout=self.tool_timeout or 10.0)
+            return self._backends["mcp"]
+        if not task.backend:
+            raise ValueError(f"task {task.id!r} names no backend; set Task.backend or pass backend=<callable>")
+        if task.backend not in self._backends:
+            if spec.kind == "replay":
+                built: Backend = ReplayBackend(spec.target, on_miss="error")
+            elif spec.kind == "cache":
+                real = make_backend(task.backend, timeout=self.tool_timeout)
+                built = ReplayBackend(spec.target, fallback=real, on_miss="fallback", write_back=True)
+            else:
+                built = make_backend(task.backend, timeout=self.tool_timeout)
+            self._backends[task.backend] = built
+        return self._backends[task.backend]
+
+    def run_calls(self, calls: list[ToolCall], errors: list[CallError]) -> tuple[str, list[ToolResult]]:
+        """Execute one message's calls (after reporting its format ``errors``); returns the observation and
+        the results. After a ``fatal`` result the step's remaining calls are not run."""
+        assert self.backend is not None
+        bind = getattr(self.backend, "bind_conversation", None)
+        if bind is not None:  # a backend whose answers depend on the conversation (an imagined one)
+            bind(self.messages)
+        shown: list[str] = []
+        results: list[ToolResult] = []
+        for err in errors:  # format problems: no call to run, but the agent is told what was wrong
+            payload = {"error": {"code": err.code.value, "message": err.message}}
+            content = clip(json.dumps(payload, ensure_ascii=False), self.max_result_chars)
+            call_id = self._next_call_id()
+            self.messages.append({"role": "tool", "tool_call_id": call_id, "name": err.tool or "", "content": content})
+            shown.append(content)
+        for call in calls:
+            if any(r.fatal for r in results):
+                result = ToolResult.failure(
+                    call, ErrorCode.TOOL_EXECUTION_ERROR, "not run: an earlier imagined result was unusable"
+                )
+            else:
+                try:
+                    result = self.backend.execute(call)
+                except Exception as exc:  # a backend must not raise; contain one that does
+                    message = f"backend error: {type(exc).__name__}: {exc}"
+                    result = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
+            results.append(result)
+            if result.ok:
+                self.record.calls.append(ToolCall(call.name, call.arguments))
+            content = clip(result.to_message_content(), self.max_result_chars)
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+            shown.append(content)
+        return "\n".join(f"<tool_response>\n{c}\n</tool_response>" for c in shown), results
+
+    def on_answer(self, content: str) -> tuple[str, bool]:
+        """An answer (a message without calls): the next user turn, or the end of the episode."""
+        assert self.task is not None
+        self.record.turn_answers[self.user_turn] = content
+        if self.user_turn + 1 < len(self.task.user_turns):
+            self.user_turn += 1
+            user = self.task.user_turns[self.user_turn]
+            self.messages.append({"role": "user", "content": user})
+            return user, False
+        return "", True
+
+    def score(self) -> tuple[float, dict[str, float]]:
+        """The episode's reward and its components, from the task's registered reward bases."""
+        assert self.task is not None and self.backend is not None
+        task = self.task
+        self.record.final_state_hash = self.backend.state_hash()
+
+        def expected() -> str:
+            if task.id not in self._expected_hashes:
+                self._expected_hashes[task.id] = reference_state_hash(task, lambda: self.real_backend_for(task))
+            return self._expected_hashes[task.id]
+
+        return score_episode(task, self.record, expected_state_hash=expected, env=self)
+
+    def build_info(self, results: list[ToolResult], errors: list[CallError]) -> dict[str, Any]:
+        """The ``info`` dict of a reset or step (see the README for its keys)."""
+        assert self.task is not None
+        info = {
+            "task_id": self.task.id,
+            "domain": self.task.domain,
+            "messages": copy.copy(self.messages),
+            "tools": list(self.task.tools) or [s.to_openai() for s in (self.backend.tools if self.backend else [])],
+            "tool_results": [r.to_dict() for r in results],
+            "errors": [e.to_dict() for e in errors] + [r.error.to_dict() for r in results if r.error is not None],
+            "user_turn": self.user_turn,
+            "turn": self.steps,
+            "call_counts": dict(self.call_counts),
+        }
+        samples = [r.sample for r in results if r.sample is not None]
+        if samples:
+            info["rehearsal"] = samples
+        return info
+
+    def abort(self, reason: str) -> dict[str, Any]:
+        """End the episode now with reward 0 (e.g. an unusable imagined result); returns the info to report."""
+        assert self.task is not None
+        self.done = True
+        components = {basis: 0.0 for basis in self.task.reward}
+        return {"reward_components": components, "success": False, "aborted": reason}
+
+    def end_episode(self) -> tuple[float, dict[str, float]]:
+        """Mark the episode over and score it (:meth:`score`)."""
+        self.done = True
+        return self.score()
+
+    # ------------------------------------------------------------------ internals
+    def _count_calls(self, results: list[ToolResult], errors: list[CallError]) -> None:
+        # A call is valid when it parsed, named an offered tool and fit its schema; "no such order" or a
+        # timeout is the world's answer to a valid call.
+        invalid = len(errors) + sum(1 for r in results if r.error is not None and r.error.code in INVALID_CALL_CODES)
+        self.call_counts["ok"] += len(results) + len(errors) - invalid
+        self.call_counts["failed"] += invalid
 
     def _pool(self, suite: TaskSuite, split: str | None) -> TaskSuite:
         pool = suite.filter(split=split) if split is not None else suite
@@ -222,35 +410,15 @@ class ToolCallEnv(gym.Env[str, str]):
     def _select_task(self, options: dict[str, Any]) -> Task:
         unknown = set(options) - {"task_id", "suite", "split"}
         if unknown:
-            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; use task_id, suite, split")
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; use task_id, suite, split, backend")
         suite = load_suite(options["suite"]) if "suite" in options else self.suite
         if "task_id" in options:
             return suite.get(options["task_id"])
-        pool = (
-            self._pool(suite, options.get("split", self.split))
-            if ("suite" in options or "split" in options)
-            else self.pool
-        )
+        if "suite" in options or "split" in options:
+            pool = self._pool(suite, options.get("split", self.split))
+        else:
+            pool = self.pool
         return pool[int(self.np_random.integers(len(pool)))]
-
-    def _backend_for(self, task: Task) -> Backend:
-        if callable(self.backend_spec):
-            return self.backend_spec(task)
-        kind, _, rest = self.backend_spec.partition(":")
-        if kind == "mcp":  # one server for every task: it resets itself to each task's initial state
-            if "mcp" not in self._backends:
-                self._backends["mcp"] = MCPBackend(rest, timeout=self.tool_timeout or 10.0)
-            return self._backends["mcp"]
-        if not task.backend:
-            raise ValueError(f"task {task.id!r} names no backend; set Task.backend or pass backend=<callable>")
-        if task.backend not in self._backends:
-            real = make_backend(task.backend, timeout=self.tool_timeout)
-            if kind == "replay":
-                real = ReplayBackend(rest, on_miss="error")
-            elif kind == "cache":
-                real = ReplayBackend(rest, fallback=real, on_miss="fallback", write_back=True)
-            self._backends[task.backend] = real
-        return self._backends[task.backend]
 
     def _next_call_id(self) -> str:
         self._call_seq += 1
@@ -268,81 +436,3 @@ class ToolCallEnv(gym.Env[str, str]):
             msg = "empty message: write a tool call or an answer for the user"
             return parsed, CallError(ErrorCode.INVALID_TOOL_CALL_FORMAT, msg)
         return parsed, None
-
-    def _run_calls(self, calls: list[ToolCall], errors: list[CallError], results: list[ToolResult]) -> str:
-        assert self.backend is not None
-        shown: list[str] = []
-        for err in errors:  # format problems: no call to run, but the agent is told what was wrong
-            content = clip(
-                json.dumps({"error": {"code": err.code.value, "message": err.message}}, ensure_ascii=False),
-                self.max_result_chars,
-            )
-            self.messages.append(
-                {"role": "tool", "tool_call_id": self._next_call_id(), "name": err.tool or "", "content": content}
-            )
-            shown.append(content)
-        for call in calls:
-            try:
-                result = self.backend.execute(call)
-            except Exception as exc:  # a backend must not raise; contain one that does
-                result = ToolResult.failure(
-                    call, ErrorCode.TOOL_EXECUTION_ERROR, f"backend error: {type(exc).__name__}: {exc}"
-                )
-            results.append(result)
-            if result.ok:
-                self._record.calls.append(ToolCall(call.name, call.arguments))
-            content = clip(result.to_message_content(), self.max_result_chars)
-            self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
-            shown.append(content)
-        return "\n".join(f"<tool_response>\n{c}\n</tool_response>" for c in shown)
-
-    def _answer(self, content: str) -> tuple[str, bool]:
-        assert self.task is not None
-        self._record.turn_answers[self._user_turn] = content
-        if self._user_turn + 1 < len(self.task.user_turns):
-            self._user_turn += 1
-            user = self.task.user_turns[self._user_turn]
-            self.messages.append({"role": "user", "content": user})
-            return user, False
-        return "", True
-
-    def _score(self) -> tuple[float, dict[str, float]]:
-        assert self.task is not None and self.backend is not None
-        task = self.task
-        self._record.final_state_hash = self.backend.state_hash()
-
-        def expected() -> str:
-            if task.id not in self._expected_hashes:
-                self._expected_hashes[task.id] = reference_state_hash(task, lambda: self.real_backend_for(task))
-            return self._expected_hashes[task.id]
-
-        return score_episode(task, self._record, expected_state_hash=expected)
-
-    def real_backend_for(self, task: Task) -> Backend:
-        """A fresh real backend for ``task``: the reference state for ``state_match`` always comes from one,
-        whatever backend answers the agent's calls."""
-        if task.backend:
-            return make_backend(task.backend, timeout=self.tool_timeout)
-        if callable(self.backend_spec):
-            return self.backend_spec(task)
-        raise ValueError(f"task {task.id!r} names no backend")
-
-    def abort(self, reason: str) -> dict[str, Any]:
-        """End the episode now with reward 0 (e.g. an unusable imagined result); returns the info to report."""
-        assert self.task is not None
-        self._done = True
-        components = {basis: 0.0 for basis in self.task.reward}
-        return {"reward_components": components, "success": False, "aborted": reason}
-
-    def _info(self, results: list[ToolResult], errors: list[CallError]) -> dict[str, Any]:
-        assert self.task is not None
-        return {
-            "task_id": self.task.id,
-            "domain": self.task.domain,
-            "messages": copy.copy(self.messages),
-            "tools": list(self.task.tools) or [s.to_openai() for s in (self.backend.tools if self.backend else [])],
-            "tool_results": [r.to_dict() for r in results],
-            "errors": [e.to_dict() for e in errors] + [r.error.to_dict() for r in results if r.error is not None],
-            "user_turn": self._user_turn,
-            "turn": self._steps,
-        }

@@ -9,10 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .backends.base import replayed_state_hash
 from .calls import ToolCall
-from .tasks import Task
+
+if TYPE_CHECKING:
+    from .tasks import Task
 
 __all__ = [
     "EpisodeRecord",
@@ -24,6 +27,9 @@ __all__ = [
     "normalize_answer",
     "reference_state_hash",
     "score_episode",
+    "RewardContext",
+    "register_reward_basis",
+    "reward_bases",
 ]
 
 OPTIONAL = ""  # BFCL's marker in a list of allowed values: the argument may be omitted
@@ -158,15 +164,62 @@ def answer_match(turn_answers: Sequence[str | None], task: Task) -> float:
 # ---------------------------------------------------------------------------- state_match
 def reference_state_hash(task: Task, make_backend: Callable[[], Any]) -> str:
     """The state hash after replaying the reference calls on a fresh backend (tau2's DB check)."""
-    backend = make_backend()
-    backend.reset(task, seed=0)
-    for ref in task.reference_calls:
-        backend.execute(ref.call)
-    return backend.state_hash()
+    return replayed_state_hash(make_backend, task, [ref.call for ref in task.reference_calls])
 
 
 def state_match(final_state_hash: str | None, expected_hash: str) -> float:
     return 1.0 if final_state_hash is not None and final_state_hash == expected_hash else 0.0
+
+
+# ---------------------------------------------------------------------------- the registry
+@dataclass
+class RewardContext:
+    """What a reward basis may look at: the task, the episode's record, and the env that ran it (benchmark
+    bases read their own env's state, e.g. BFCL's attempted calls)."""
+
+    task: Task
+    record: EpisodeRecord
+    env: Any = None
+    expected_state_hash: Callable[[], str] | None = None
+    expected_calls: Sequence[Mapping[str, Mapping[str, list[Any]]]] | None = None
+
+
+RewardBasis = Callable[[RewardContext], float]
+_BASES: dict[str, RewardBasis] = {}
+
+
+def register_reward_basis(name: str, score: RewardBasis, *, overwrite: bool = False) -> None:
+    """Register ``score(ctx) -> float`` (0.0 to 1.0) under ``name``; tasks list it in ``Task.reward``."""
+    if not callable(score):
+        raise TypeError(f"reward basis {name!r}: score must be callable, got {type(score).__name__}")
+    if name in _BASES and not overwrite and _BASES[name] is not score:
+        raise ValueError(f"reward basis {name!r} is already registered (pass overwrite=True to replace it)")
+    _BASES[name] = score
+
+
+def reward_bases() -> tuple[str, ...]:
+    """The registered names: the three builtin ones first, then the benchmarks' in registration order."""
+    return tuple(_BASES)
+
+
+def _call_match_basis(ctx: RewardContext) -> float:
+    exp = list(ctx.expected_calls) if ctx.expected_calls is not None else expected_calls_from_reference(ctx.task)
+    return call_match(ctx.record.calls, exp)
+
+
+def _state_match_basis(ctx: RewardContext) -> float:
+    if ctx.expected_state_hash is None:
+        raise ValueError(f"task {ctx.task.id!r} is graded on state_match but no reference state is available")
+    return state_match(ctx.record.final_state_hash, ctx.expected_state_hash())
+
+
+def _answer_match_basis(ctx: RewardContext) -> float:
+    return answer_match(ctx.record.turn_answers, ctx.task)
+
+
+register_reward_basis("call_match", _call_match_basis)
+register_reward_basis("state_match", _state_match_basis)
+register_reward_basis("answer_match", _answer_match_basis)
 
 
 # ---------------------------------------------------------------------------- composition
@@ -175,23 +228,17 @@ def score_episode(
     record: EpisodeRecord,
     expected_state_hash: Callable[[], str] | None = None,
     expected_calls: Iterable[Mapping[str, Mapping[str, list[Any]]]] | None = None,
+    env: Any = None,
 ) -> tuple[float, dict[str, float]]:
-    """Reward (product of the task's bases) and the per-basis components."""
+    """Reward (product of the task's bases, each scored by its registered function) and the components."""
+    exp = list(expected_calls) if expected_calls is not None else None
+    ctx = RewardContext(task, record, env, expected_state_hash, exp)
     components: dict[str, float] = {}
     for basis in task.reward:
-        if basis == "call_match":
-            exp = list(expected_calls) if expected_calls is not None else expected_calls_from_reference(task)
-            components[basis] = call_match(record.calls, exp)
-        elif basis == "state_match":
-            if expected_state_hash is None:
-                raise ValueError(f"task {task.id!r} is graded on state_match but no reference state is available")
-            components[basis] = state_match(record.final_state_hash, expected_state_hash())
-        elif basis == "answer_match":
-            components[basis] = answer_match(record.turn_answers, task)
-        else:
-            raise ValueError(
-                f"task {task.id!r}: reward basis {basis!r} is scored by its benchmark's env, not by score_episode"
-            )
+        score = _BASES.get(basis)
+        if score is None:
+            raise ValueError(f"task {task.id!r}: reward basis {basis!r} is not registered; known: {list(_BASES)}")
+        components[basis] = float(score(ctx))
     reward = 1.0
     for value in components.values():
         reward *= value

@@ -6,15 +6,18 @@ A suite may also be given as a path to a ``.jsonl`` task file.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 from ._registry import Registry
 from .tasks import TaskSuite
 
-__all__ = ["register_suite", "load_suite", "suite_names"]
+__all__ = ["register_suite", "register_suite_family", "load_suite", "suite_names"]
 
 _SUITES: Registry[TaskSuite] = Registry("suite")
+# prefix -> (its names, a "module:attr" string or a callable; the loader of one name). Expanded on first use,
+# so registering a benchmark's family imports nothing of the benchmark.
+_FAMILIES: dict[str, tuple[str | Callable[[], list[str]], str | Callable[[str], TaskSuite]]] = {}
 
 
 def register_suite(name: str, loader: Callable[[], TaskSuite] | str, *, overwrite: bool = False) -> None:
@@ -23,7 +26,28 @@ def register_suite(name: str, loader: Callable[[], TaskSuite] | str, *, overwrit
     _load_registered.cache_clear()
 
 
+def register_suite_family(
+    prefix: str, names: str | Callable[[], list[str]], loader: str | Callable[[str], TaskSuite]
+) -> None:
+    """Register the suites ``prefix/<name>`` for each of ``names`` (a lazy ``"module:attr"`` string naming a
+    list, or a callable), each loaded as ``loader(name)``; nothing is imported until a suite is listed or
+    loaded."""
+    _FAMILIES[prefix] = (names, loader)
+
+
+def _expand_families() -> None:
+    while _FAMILIES:
+        prefix, (names, loader) = _FAMILIES.popitem()
+        if isinstance(names, str):
+            names = Registry._import(names)
+        load = Registry._import(loader) if isinstance(loader, str) else loader
+        for name in names() if callable(names) else names:
+            if f"{prefix}/{name}" not in _SUITES:
+                register_suite(f"{prefix}/{name}", partial(load, name))
+
+
 def suite_names() -> list[str]:
+    _expand_families()
     return _SUITES.names()
 
 
@@ -34,6 +58,7 @@ def _load_registered(name: str) -> TaskSuite:
 
 def load_suite(name: str) -> TaskSuite:
     """A registered suite by name (loaded once per process) or a JSONL task file by path."""
+    _expand_families()
     if name in _SUITES:
         return _load_registered(name)
     if name.endswith(".jsonl") or Path(name).is_file():

@@ -20,6 +20,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from .calls import ToolCall
+from .rewards import reward_bases
 from .tools import SchemaError, ToolSpec
 
 __all__ = [
@@ -28,24 +29,7 @@ __all__ = [
     "Task",
     "TaskSuite",
     "TaskFormatError",
-    "REWARD_BASES",
-    "register_reward_basis",
-    "reward_bases",
 ]
-
-REWARD_BASES = ("call_match", "state_match", "answer_match")
-# Bases that a benchmark's own env scores (BFCL's checker, tau2's evaluator): registered by name so that
-# task files can still be validated against a closed list.
-_EXTRA_BASES: set[str] = set()
-
-
-def register_reward_basis(name: str) -> None:
-    """Allow ``name`` in ``Task.reward``; the env that serves such tasks scores it (``ToolCallEnv._score``)."""
-    _EXTRA_BASES.add(name)
-
-
-def reward_bases() -> tuple[str, ...]:
-    return REWARD_BASES + tuple(sorted(_EXTRA_BASES))
 
 
 class TaskFormatError(ValueError):
@@ -116,7 +100,7 @@ class Task:
                 f"{len(self.user_turns)} user turns"
             )
         for basis in self.reward:
-            if basis not in REWARD_BASES and basis not in _EXTRA_BASES:
+            if basis not in reward_bases():
                 raise TaskFormatError(f"task {self.id!r}: unknown reward basis {basis!r}; use {reward_bases()}")
 
     @cached_property

@@ -112,7 +112,7 @@ def test_oracle_scores_one_with_imagined_results(suites, category):
     for task in suites[category]:
         info = play_episode(env, oracle, task.id)
         assert info["success"], (task.id, info.get("bfcl"), info.get("aborted"))
-        assert info["rehearsal"] == [] or all(s["valid"] for s in info["rehearsal"])
+        assert info["rehearsal"] == [] or all(s.valid for s in info["rehearsal"])
 
 
 # ------------------------------------------------------------------------------------------ perturbations

@@ -126,9 +126,7 @@ def test_inline_rejects_what_a_real_tool_would_not_return(answer):
     )
     env.reset(seed=0)
     obs, reward, term, trunc, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
-    assert (
-        term and reward == 0.0 and info["rehearsal"][0]["valid"] is False and info["rehearsal"][0]["mode"] == "inline"
-    )
+    assert term and reward == 0.0 and info["rehearsal"][0].valid is False and info["rehearsal"][0].mode == "inline"
 
 
 def test_inline_request_carries_the_actor_conversation_and_keeps_the_text_verbatim():

@@ -81,10 +81,10 @@ def test_deterministic_checks_answer_before_the_env_role():
     assert '"ok": 1' in obs and role.calls == 1
     sample = info["rehearsal"][0]
     assert (
-        sample["valid"]
-        and sample["tool"] == "get_balance"
-        and sample["completion_ids"] == [1, 2]
-        and sample["prompt_ids"] == [7, 8, 9]
+        sample.valid
+        and sample.tool == "get_balance"
+        and sample.completion_ids == [1, 2]
+        and sample.prompt_ids == [7, 8, 9]
     )
 
 
@@ -107,7 +107,7 @@ def test_unusable_answers_end_the_episode_with_reward_zero(answer):
     env.reset(seed=1)
     obs, reward, term, trunc, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
     assert term and reward == 0.0 and info["success"] is False and "aborted" in info
-    assert info["rehearsal"][0]["valid"] is False and info["rehearsal"][0]["error"]
+    assert info["rehearsal"][0].valid is False and info["rehearsal"][0].error
     assert env.observation_space.contains(obs)
 
 
@@ -176,9 +176,9 @@ def test_lm_policy_as_env_role_records_samples():
     env.reset(seed=0)
     obs, reward, term, trunc, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
     sample = info["rehearsal"][0]
-    assert len(sample["completion_ids"]) == len(sample["logprobs"]) > 0 and len(sample["prompt_ids"]) > 50
+    assert len(sample.completion_ids) == len(sample.logprobs) > 0 and len(sample.prompt_ids) > 50
     assert term and reward == 0.0  # a random model cannot write an execution_result: the paper's rule
-    assert policy.tokenizer.decode(sample["prompt_ids"]).count("precise tool simulator") == 1
+    assert policy.tokenizer.decode(sample.prompt_ids).count("precise tool simulator") == 1
 
 
 def test_fidelity_report_fields_and_perfect_simulator():

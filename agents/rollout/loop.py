@@ -19,27 +19,16 @@ from typing import Any
 import gymnasium as gym
 from tqdm.auto import tqdm
 
-from envace_gym.agents.eval.evaluate import EpisodeResult, count_calls
+from envace_gym.agents.eval.evaluate import EpisodeResult
 from envace_gym.agents.lm.chat import ROLES, TokenStream
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
 
+from envace_gym.rehearsal import EnvRoleSample
+
 from .batching import BatchingImaginer, step_concurrently
 
 __all__ = ["EnvRoleSample", "Trajectory", "collect", "save_trajectories", "load_trajectories"]
-
-
-@dataclass
-class EnvRoleSample:
-    """One environment-role generation, kept as its own RL sample (trained with the same reward)."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    mode: str = "prompted"
-    tool: str = ""
-    valid: bool = True
-    error: str | None = None
 
 
 @dataclass
@@ -183,16 +172,16 @@ def _step_all(slots: Sequence[_Slot], actions: Sequence[str], pool: ThreadPoolEx
             slots[i].rehearsal.imaginer = original
 
 
-def _splice_inline(stream: TokenStream, sample: dict[str, Any]) -> bool:
+def _splice_inline(stream: TokenStream, sample: EnvRoleSample) -> bool:
     """Append an inline env-role answer to the actor's stream as generated: the tool-message header the
     policy encoded (``external``), then the sampled result tokens (``env_role``). False (nothing appended)
     when the sample does not continue the stream; the next render then re-encodes that message."""
-    ids, text = sample.get("prompt_ids", []), sample.get("prompt_text", "")
+    ids, text = sample.prompt_ids, sample.prompt_text
     n = len(stream.ids)
-    if not text.startswith(stream.text) or ids[:n] != stream.ids or not sample.get("completion_ids"):
+    if not text.startswith(stream.text) or ids[:n] != stream.ids or not sample.completion_ids:
         return False
     stream.extend(ids[n:], "external", text[len(stream.text) :])
-    stream.extend(sample["completion_ids"], "env_role", sample.get("completion_text", ""), sample.get("logprobs"))
+    stream.extend(sample.completion_ids, "env_role", sample.completion_text, sample.logprobs)
     return True
 
 
@@ -309,22 +298,10 @@ def collect(
         for slot, (_, reward, terminated, truncated, info) in zip(active, outcomes):
             spliced = True
             for sample in info.get("rehearsal", []):
-                slot.samples.append(
-                    EnvRoleSample(
-                        sample["prompt_ids"],
-                        sample["completion_ids"],
-                        sample["logprobs"],
-                        sample["mode"],
-                        sample["tool"],
-                        sample["valid"],
-                        sample.get("error"),
-                    )
-                )
-                if sample["mode"] == "inline" and sample["valid"] and spliced:
+                slot.samples.append(sample)
+                if sample.mode == "inline" and sample.valid and spliced:
                     spliced = _splice_inline(slot.stream, sample)
-            ok, bad = count_calls(info)
-            slot.calls_ok += ok
-            slot.calls_failed += bad
+            slot.calls_ok, slot.calls_failed = info["call_counts"]["ok"], info["call_counts"]["failed"]
             slot.info = info
             if terminated or truncated:
                 finish(slot, reward, truncated, info)

@@ -104,27 +104,21 @@ def build_sft_examples(
     pool = pool[:max_examples] if max_examples else pool
     oracle = OraclePolicy(env.unwrapped.suite)
     recorder = _Recorder(env)
-    original_backend = env.unwrapped.backend_spec
     play_env = SelfRehearsalEnv(env, recorder) if "env_role" in roles else env
     examples = []
-    try:
-        for task in tqdm(pool, desc="sft data", disable=not progress, unit="task"):
-            recorder.pairs = []
-            info = play_episode(play_env, oracle, task.id)
-            # One conversation example carries the actor's targets and, for the env role, the tool results in
-            # inline form (the tool message inside the actor's context).
-            inline = "env_role" in roles
-            stream = encode_conversation(
-                policy.chat, info["messages"], info["tools"], "env_role" if inline else "external"
+    for task in tqdm(pool, desc="sft data", disable=not progress, unit="task"):
+        recorder.pairs = []
+        info = play_episode(play_env, oracle, task.id)
+        # One conversation example carries the actor's targets and, for the env role, the tool results in
+        # inline form (the tool message inside the actor's context).
+        inline = "env_role" in roles
+        stream = encode_conversation(policy.chat, info["messages"], info["tools"], "env_role" if inline else "external")
+        labelled = set(roles)
+        if any(r in labelled for r in stream.roles):
+            examples.append(
+                SFTExample(task.id, stream.ids, [1 if r in labelled else 0 for r in stream.roles], stream.head)
             )
-            labelled = set(roles)
-            if any(r in labelled for r in stream.roles):
-                examples.append(
-                    SFTExample(task.id, stream.ids, [1 if r in labelled else 0 for r in stream.roles], stream.head)
-                )
-            examples.extend(_env_role_example(policy, task.id, prompt, answer) for prompt, answer in recorder.pairs)
-    finally:
-        env.unwrapped.backend_spec = original_backend  # the caller's env answers with its own backend again
+        examples.extend(_env_role_example(policy, task.id, prompt, answer) for prompt, answer in recorder.pairs)
     return examples
 
 

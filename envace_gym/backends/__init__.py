@@ -9,12 +9,17 @@ from collections.abc import Callable
 from typing import Any
 
 from .._registry import Registry
-from .base import Backend, ToolResult, state_digest, validate_call
+from .base import Backend, BackendCopyError, ToolResult, replayed_state_hash, state_digest, validate_call
 from .python import PythonBackend, Toolkit, tool
 from .replay import ReplayBackend, ReplayFileError
+from .spec import BackendSpec, parse_backend_spec
 
 __all__ = [
     "Backend",
+    "BackendCopyError",
+    "BackendSpec",
+    "parse_backend_spec",
+    "replayed_state_hash",
     "ToolResult",
     "PythonBackend",
     "ReplayBackend",

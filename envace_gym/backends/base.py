@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -14,7 +14,7 @@ from ..tools import ToolSpec
 if TYPE_CHECKING:
     from ..tasks import Task
 
-__all__ = ["ToolResult", "Backend", "validate_call", "state_digest"]
+__all__ = ["ToolResult", "Backend", "BackendCopyError", "validate_call", "state_digest", "replayed_state_hash"]
 
 
 @dataclass(frozen=True)
@@ -23,12 +23,18 @@ class ToolResult:
 
     ``text``, when set, is the message content exactly as produced (an inline imagined result keeps the
     text the model sampled, so the actor's context holds those very tokens); else ``content`` is serialised.
+    ``sample`` is the env-role generation that answered the call, when it was imagined
+    (:class:`~envace_gym.rehearsal.EnvRoleSample`). ``fatal`` says the backend cannot go on with this
+    episode (an unusable imagined result under ``on_invalid="end"``): the env runs no more calls and ends
+    the episode with reward 0 (see :meth:`~envace_gym.env.ToolCallEnv.abort`).
     """
 
     call: ToolCall
     content: Any = None
     error: CallError | None = None
     text: str | None = None
+    sample: Any = None
+    fatal: bool = False
 
     @property
     def ok(self) -> bool:
@@ -63,7 +69,9 @@ class Backend(Protocol):
 
     ``reset`` starts a fresh episode from the task's initial state; ``execute`` runs one call (after the
     deterministic checks of :func:`validate_call`) and never raises; ``state`` is a JSON snapshot and
-    ``state_hash`` its digest; ``call_count`` counts calls since ``reset``.
+    ``state_hash`` its digest; ``call_count`` counts calls since ``reset``. ``copy`` returns an independent
+    backend at the current state (``env.fork()`` uses it); a backend that cannot be copied (an MCP server's
+    world lives in another process) raises :class:`BackendCopyError` with the reason.
     """
 
     tools: Sequence[ToolSpec]
@@ -76,6 +84,23 @@ class Backend(Protocol):
     def state(self) -> dict[str, Any]: ...
 
     def state_hash(self) -> str: ...
+
+    def copy(self) -> Backend: ...
+
+
+class BackendCopyError(RuntimeError):
+    """This backend cannot be copied (``Backend.copy``); the message says why."""
+
+
+def replayed_state_hash(make_backend: Callable[[], Backend], task: Task | None, calls: Iterable[ToolCall]) -> str:
+    """The state hash after replaying ``calls`` on a fresh backend from ``make_backend()``: the reference
+    state of ``state_match`` (the reference calls), and the state of an episode whose results were replayed
+    or imagined (the calls that succeeded). An offline check, never an interaction with the episode."""
+    backend = make_backend()
+    backend.reset(task, seed=0)
+    for call in calls:
+        backend.execute(call)
+    return backend.state_hash()
 
 
 def validate_call(call: ToolCall, specs: Mapping[str, ToolSpec]) -> CallError | None:

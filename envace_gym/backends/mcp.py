@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from ..calls import CallError, ErrorCode, ToolCall
 from ..tools import ToolSpec
-from .base import ToolResult, state_digest, validate_call
+from .base import BackendCopyError, ToolResult, state_digest, validate_call
 
 if TYPE_CHECKING:
     from ..tasks import Task
@@ -240,6 +240,12 @@ class MCPBackend:
         return state_digest(self.state())
 
     # ------------------------------------------------------------------ internals
+    def copy(self) -> MCPBackend:
+        raise BackendCopyError(
+            "an MCP backend cannot be copied: its world lives in the server process; fork an env on a real, "
+            "replay or imagined backend instead"
+        )
+
     def _drop(self) -> None:
         # A hung or dead server is not reused: the next reset starts a fresh one.
         conn, self._conn = self._conn, None

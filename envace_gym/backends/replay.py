@@ -7,6 +7,7 @@ episode. Keying on the task and the occurrence keeps replay exact for stateful t
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..calls import CallError, ErrorCode, ToolCall, canonical_json
 from ..tools import ToolSpec
-from .base import Backend, ToolResult, state_digest, validate_call
+from .base import Backend, ToolResult, replayed_state_hash, state_digest, validate_call
 
 if TYPE_CHECKING:
     from ..tasks import Task
@@ -158,9 +159,14 @@ class ReplayBackend:
             # Replay-only: the offline check replays the answered calls on a fresh real backend.
             from . import make_backend
 
-            real = make_backend(self.task.backend, timeout=None)
-            real.reset(self.task, seed=0)
-            for call in self._ok_calls:
-                real.execute(call)
-            return real.state_hash()
+            task = self.task
+            return replayed_state_hash(lambda: make_backend(task.backend, timeout=None), task, self._ok_calls)
         return state_digest(self.state())
+
+    def copy(self) -> ReplayBackend:
+        """An independent backend at the current point of the episode (the cache entries are shared)."""
+        clone = copy.copy(self)
+        clone.fallback = self.fallback.copy() if self.fallback is not None else None
+        clone._seen = dict(self._seen)
+        clone._ok_calls = list(self._ok_calls)
+        return clone

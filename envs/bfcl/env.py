@@ -10,19 +10,20 @@ is scored when the last turn is answered (see :mod:`.scoring`); ``info["bfcl"]``
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from envace_gym.backends.base import Backend, ToolResult
 from envace_gym.calls import ErrorCode, ToolCall
 from envace_gym.env import DEFAULT_SYSTEM_PROMPT, ToolCallEnv
+from envace_gym.rewards import RewardContext
 from envace_gym.tasks import Task
 
 from . import upstream
 from .categories import REWARD_BASIS, check_category
 from .scoring import verdict
 
-__all__ = ["BFCLEnv", "BFCL_SYSTEM_PROMPT", "hidden_tools"]
+__all__ = ["BFCLEnv", "BFCL_SYSTEM_PROMPT", "hidden_tools", "bfcl_basis"]
 
 BFCL_SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT + (
     " If none of the functions fits the request, or the request lacks a parameter a function requires, "
@@ -37,30 +38,42 @@ def hidden_tools(task: Task, turn: int) -> set[str]:
 
 
 class _TurnGate:
-    """Wraps an episode's backend: tools not offered at the current turn are refused with TOOL_NOT_AVAILABLE."""
+    """Wraps an episode's backend: tools not offered at the current turn (``turn``, kept by the env) are
+    refused with TOOL_NOT_AVAILABLE."""
 
-    def __init__(self, inner: Backend, hidden: Callable[[], set[str]]) -> None:
+    def __init__(self, inner: Backend, task: Task, turn: int = 0) -> None:
         self.inner = inner
-        self._hidden = hidden
+        self.task = task
+        self.turn = turn
 
-    def __getattr__(self, name: str) -> Any:  # reset, state, state_hash, call_count, copy...
+    def __getattr__(self, name: str) -> Any:  # reset, state, state_hash, call_count, bind_conversation...
         if name == "inner":  # not set yet (copying): no recursion
             raise AttributeError(name)
         return getattr(self.inner, name)
 
     @property
     def tools(self) -> Sequence[Any]:
-        hidden = self._hidden()
+        hidden = hidden_tools(self.task, self.turn)
         return [s for s in self.inner.tools if s.name not in hidden]
 
     def execute(self, call: ToolCall) -> ToolResult:
-        if call.name in self._hidden():
+        if call.name in hidden_tools(self.task, self.turn):
             self.inner.call_count += 1
             available = ", ".join(sorted(s.name for s in self.tools)) or "none"
             return ToolResult.failure(
                 call, ErrorCode.TOOL_NOT_AVAILABLE, f"tool {call.name!r} is not available; available: {available}"
             )
         return self.inner.execute(call)
+
+    def copy(self) -> _TurnGate:
+        return _TurnGate(self.inner.copy(), self.task, self.turn)
+
+
+def bfcl_basis(ctx: RewardContext) -> float:
+    """The ``bfcl`` reward basis: BFCL's own checker on the episode (``BFCLEnv.verdict``)."""
+    if not isinstance(ctx.env, BFCLEnv):
+        raise ValueError(f"task {ctx.task.id!r} is graded on {REWARD_BASIS!r}: play it in EnvACE-BFCL-v0")
+    return 1.0 if ctx.env.verdict()["valid"] else 0.0
 
 
 class BFCLEnv(ToolCallEnv):
@@ -109,7 +122,7 @@ class BFCLEnv(ToolCallEnv):
         self._executed = [[] for _ in self.task.user_turns]
         self._call_steps = 0
         self.check = None
-        return observation, self._info([], [])
+        return observation, self.build_info([], [])
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         observation, reward, terminated, truncated, info = super().step(action)
@@ -122,40 +135,41 @@ class BFCLEnv(ToolCallEnv):
         return observation, reward, terminated, truncated, info
 
     # ------------------------------------------------------------------ ToolCallEnv hooks
-    def _backend_for(self, task: Task) -> Backend:
-        backend = super()._backend_for(task)
+    def backend_for(self, task: Task, given: Backend | None = None) -> Backend:
+        backend = super().backend_for(task, given)
         if task.metadata.get("holdout"):
-            return _TurnGate(backend, lambda: hidden_tools(task, self._user_turn))  # type: ignore[return-value]
+            return _TurnGate(backend, task)  # type: ignore[return-value]
         return backend
 
-    def _run_calls(self, calls: list[ToolCall], errors: list[Any], results: list[ToolResult]) -> str:
-        first = len(results)
-        observation = super()._run_calls(calls, errors, results)
-        turn = self._user_turn
+    def run_calls(self, calls: list[ToolCall], errors: list[Any]) -> tuple[str, list[ToolResult]]:
+        observation, results = super().run_calls(calls, errors)
+        turn = self.user_turn
         self._attempted[turn].extend(ToolCall(c.name, c.arguments) for c in calls)
-        for result in results[first:]:
+        for result in results:
             # Calls that ran (also those that raised) are what BFCL replays; refused and timed-out ones are not.
             if result.error is None or result.error.code == ErrorCode.TOOL_EXECUTION_ERROR:
                 self._executed[turn].append(ToolCall(result.call.name, result.call.arguments))
         if calls:
             self._call_steps += 1
-        return observation
+        return observation, results
 
-    def _answer(self, content: str) -> tuple[str, bool]:
-        observation, terminated = super()._answer(content)
+    def on_answer(self, content: str) -> tuple[str, bool]:
+        observation, terminated = super().on_answer(content)
         self._call_steps = 0
+        if isinstance(self.backend, _TurnGate):
+            self.backend.turn = self.user_turn
         return observation, terminated
 
-    def _score(self) -> tuple[float, dict[str, float]]:
+    def verdict(self) -> dict[str, Any]:
+        """BFCL's checker on the episode so far (kept as ``check``; ``info["bfcl"]`` at the end)."""
         assert self.task is not None
-        finished = bool(self._record.turn_answers) and self._record.turn_answers[-1] is not None
+        finished = bool(self.record.turn_answers) and self.record.turn_answers[-1] is not None
         self.check = verdict(self.task, self._attempted, self._executed, finished)
-        reward = 1.0 if self.check["valid"] else 0.0
-        return reward, {REWARD_BASIS: reward}
+        return self.check
 
-    def _info(self, results: list[ToolResult], errors: list[Any]) -> dict[str, Any]:
-        info = super()._info(results, errors)
+    def build_info(self, results: list[ToolResult], errors: list[Any]) -> dict[str, Any]:
+        info = super().build_info(results, errors)
         if self.task is not None and self.task.metadata.get("holdout"):
-            hidden = hidden_tools(self.task, self._user_turn)
+            hidden = hidden_tools(self.task, self.user_turn)
             info["tools"] = [t for t in info["tools"] if t["function"]["name"] not in hidden]
         return info

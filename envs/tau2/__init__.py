@@ -52,12 +52,9 @@ def _make_backend(domain: str, **kwargs: Any):
 
 
 def _register() -> None:
-    from envace_gym.tasks import register_reward_basis
+    from .scoring import register_bases
 
-    from .scoring import BASES
-
-    for name in BASES.values():
-        register_reward_basis(name)
+    register_bases()
     for domain in DOMAINS:
         if f"tau2/{domain}" not in backend_names():
             register_backend(f"tau2/{domain}", partial(_make_backend, domain))

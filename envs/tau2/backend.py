@@ -129,6 +129,13 @@ class Tau2Backend:
     def state_hash(self) -> str:
         return state_digest({"db": self.env.get_db_hash(), "user_db": self.env.get_user_db_hash()})
 
+    def copy(self) -> Tau2Backend:
+        """An independent backend at the current state (tau2's environment deep-copied)."""
+        clone = copy.copy(self)
+        clone.env = copy.deepcopy(self.env)
+        clone.raw = dict(self.raw)
+        return clone
+
 
 def make_backend(domain: str, timeout: float | None = None, **_: Any) -> Tau2Backend:
     """Factory registered as ``tau2/<domain>``."""

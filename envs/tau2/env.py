@@ -71,6 +71,10 @@ class Tau2Env(ToolCallEnv):
     termination reason and what each check found.
     """
 
+    #: The judge (possibly a model) is shared by forks; the user is copied (a scripted one keeps per-episode
+    #: state; an LM user shares its model, see ``LMUser.__deepcopy__``).
+    fork_shared = (*ToolCallEnv.fork_shared, "judge", "user_tools")
+
     def __init__(
         self,
         domain: str = "retail",
@@ -108,6 +112,7 @@ class Tau2Env(ToolCallEnv):
         self._shadow_applied = 0
         self._history_calls = 0
         self._result_info: dict[str, Any] = {}
+        self._tau2_score: Any = None
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -131,6 +136,7 @@ class Tau2Env(ToolCallEnv):
         self._shadow, self._shadow_applied = None, 0
         self._errors = 0
         self._result_info = {}
+        self._tau2_score = None
         self.log = EpisodeLog(log_from_history(history) if history else [LoggedMessage("assistant", GREETING)])
         self._history_calls = len(self.log.calls())
         self.messages = [
@@ -154,14 +160,14 @@ class Tau2Env(ToolCallEnv):
             self.log.messages.append(LoggedMessage("user", opening))
             self._result_info["opening_fallback"] = True
         self.messages.append({"role": "user", "content": opening})
-        return opening, self._info([], [])
+        return opening, self.build_info([], [])
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
         if not (terminated or truncated) and self._errors >= self.max_errors:
             self.log.termination = "too_many_errors"
-            self._done, truncated = True, True
-            reward, components = self._score()
+            truncated = True
+            reward, components = self.end_episode()
             info["reward_components"], info["success"] = components, False
         if terminated or truncated:
             info["tau2"] = dict(self._result_info)
@@ -175,9 +181,9 @@ class Tau2Env(ToolCallEnv):
         return out
 
     # ------------------------------------------------------------------ agent side
-    def _run_calls(self, calls: list[ToolCall], errors: list[Any], results: list[Any]) -> str:
+    def run_calls(self, calls: list[ToolCall], errors: list[Any]) -> tuple[str, list[Any]]:
         assistant = self.messages[-1]
-        observation = super()._run_calls(calls, errors, results)
+        observation, results = super().run_calls(calls, errors)
         logged = []
         for r in results:
             # Calls our checks refused never reached tau2; an imagined result that was unusable neither.
@@ -186,7 +192,7 @@ class Tau2Env(ToolCallEnv):
         text = parse_calls(assistant.get("content", "")).content or None
         self.log.messages.append(LoggedMessage("assistant", text, logged))
         self._errors += len(errors) + sum(1 for r in results if not r.ok)
-        return observation
+        return observation, results
 
     def _logged(self, result: Any, requestor: str, world: Tau2Backend | None = None) -> LoggedCall:
         """The log entry of an executed call, with tau2's own tool-message content where a real
@@ -197,11 +203,11 @@ class Tau2Env(ToolCallEnv):
             raw = (result_content(result.content) if result.ok else result.error.message, not result.ok)
         return LoggedCall(result.call.id or "", result.call.name, result.call.arguments, requestor, raw[0], raw[1])
 
-    def _answer(self, content: str) -> tuple[str, bool]:
+    def on_answer(self, content: str) -> tuple[str, bool]:
         self.log.messages.append(LoggedMessage("assistant", content))
         self._user_view.append({"role": "user", "content": content})
         text, ending = self._user_reply()
-        self._user_turn += 1
+        self.user_turn += 1
         if text:
             self.messages.append({"role": "user", "content": text})
         if ending is not None:
@@ -209,8 +215,17 @@ class Tau2Env(ToolCallEnv):
             return text, True
         return text, False
 
-    def _score(self) -> tuple[float, dict[str, float]]:
+    def score(self) -> tuple[float, dict[str, float]]:
+        """tau2's reward (its product rule, its terminations) and the per-basis components."""
+        result = self.tau2_score()
+        return result.reward, result.components
+
+    def tau2_score(self) -> Any:
+        """The episode's :class:`~.scoring.Tau2Score`, computed once at its end (the tau2 reward bases
+        registered in :mod:`envace_gym.rewards` read their component from it)."""
         assert self.task is not None
+        if self._tau2_score is not None:
+            return self._tau2_score
         if self.log.termination is None:
             self.log.termination = "max_steps"
         # Real backend: every logged call ran on its environment, in order, so it is the replayed state.
@@ -218,7 +233,8 @@ class Tau2Env(ToolCallEnv):
         final_env = self.backend.env if self._real and not self.replay_on_score else None
         result = score_log(self.domain, self.task.metadata["tau2"]["task"], self.log, self.judge, final_env)
         self._result_info.update(result.checks)
-        return result.reward, result.components
+        self._tau2_score = result
+        return result
 
     # ------------------------------------------------------------------ user side
     def _user_reply(self) -> tuple[str, str | None]:

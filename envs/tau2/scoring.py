@@ -29,9 +29,18 @@ from envace_gym.calls import canonical_json
 from . import _runtime
 from .trajectory import STOP_REASONS, EpisodeLog, LoggedCall
 
-__all__ = ["BASES", "Tau2Score", "score_log", "gold_hashes", "replay_environment", "action_matches", "transcript"]
+__all__ = [
+    "BASES",
+    "register_bases",
+    "Tau2Score",
+    "score_log",
+    "gold_hashes",
+    "replay_environment",
+    "action_matches",
+    "transcript",
+]
 
-#: tau2 reward type -> our reward-basis name (registered with ``envace_gym.tasks.register_reward_basis``).
+#: tau2 reward type -> our reward-basis name (registered with ``envace_gym.rewards.register_reward_basis``).
 BASES = {
     "DB": "tau2_db",
     "ENV_ASSERTION": "tau2_env_assertion",
@@ -50,6 +59,26 @@ class Tau2Score:
     reward: float
     components: dict[str, float]
     checks: dict[str, Any] = field(default_factory=dict)
+
+
+def _basis(name: str):
+    def score(ctx: Any) -> float:
+        # tau2 scores an episode as a whole (termination, then each check): the env computes it once.
+        tau2_score = getattr(ctx.env, "tau2_score", None)
+        if tau2_score is None:
+            raise ValueError(f"task {ctx.task.id!r} is graded on {name!r}: play it in EnvACE-Tau2-v0")
+        return tau2_score().components.get(name, 0.0)
+
+    return score
+
+
+def register_bases() -> None:
+    """Register tau2's reward bases (each reads the episode's :class:`Tau2Score` from ``Tau2Env``)."""
+    from envace_gym.rewards import register_reward_basis, reward_bases
+
+    for name in BASES.values():
+        if name not in reward_bases():
+            register_reward_basis(name, _basis(name))
 
 
 def replay_environment(domain: str, task: Any, calls: Sequence[LoggedCall]) -> Any:

@@ -15,11 +15,11 @@ from functools import cache
 from typing import Any
 
 from envace_gym.env import DEFAULT_SYSTEM_PROMPT
-from envace_gym.tasks import RefCall, RefTurn, Task, TaskSuite, register_reward_basis
+from envace_gym.tasks import RefCall, RefTurn, Task, TaskSuite
 
 from . import _runtime
 from .domains import check_domain
-from .scoring import BASES
+from .scoring import BASES, register_bases
 
 __all__ = [
     "AGENT_INSTRUCTIONS",
@@ -38,11 +38,6 @@ AGENT_INSTRUCTIONS = (
 )
 
 GoldAction = tuple[str, str, dict[str, Any]]  # (requestor, tool name, arguments)
-
-
-def register_bases() -> None:
-    for name in BASES.values():
-        register_reward_basis(name)
 
 
 def system_prompt(domain: str) -> str:

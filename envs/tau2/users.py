@@ -95,26 +95,26 @@ class LMUser:
     def __init__(self, policy: Any) -> None:
         self.policy = policy
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> LMUser:  # a forked env shares the model
+        return LMUser(self.policy)
+
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         gen = self.policy.act(messages, tools)
         return getattr(gen, "text", gen)
 
 
 def make_user(spec: Any) -> Any:
-    """``"scripted"`` | ``"lm"`` (the embedded model) | ``"lm:SPEC"`` (``LMPolicy.from_spec(SPEC)``, e.g.
-    ``lm:tiny``, ``lm:ckpt:DIR``) | an object with ``reply`` | an object with ``act`` (e.g. an LMPolicy)."""
+    """``"scripted"`` | an object with ``reply(messages, tools)`` | an object with ``act`` (e.g. an
+    ``LMPolicy``: the language-model user is given its model, this package never loads one)."""
     if spec == "scripted":
         return ScriptedUser()
-    if isinstance(spec, str) and (spec == "lm" or spec.startswith("lm:")):
-        from envace_gym.agents import (
-            LMPolicy,  # heavy (torch): only when an LM user is asked for
-        )
-
-        return LMUser(LMPolicy.from_spec(spec.partition(":")[2] or "default"))
     if hasattr(spec, "reply"):
         return spec
     if hasattr(spec, "act"):
         return LMUser(spec)
-    raise ValueError(
-        f"unknown user {spec!r}; use 'scripted', 'lm', 'lm:SPEC', an object with reply(messages, tools) or an LMPolicy"
-    )
+    if isinstance(spec, str) and (spec == "lm" or spec.startswith("lm:")):
+        raise ValueError(
+            f"user={spec!r}: pass the model itself, e.g. user=LMPolicy.from_spec('default') "
+            "(from envace_gym.agents import LMPolicy)"
+        )
+    raise ValueError(f"unknown user {spec!r}; use 'scripted', an object with reply(messages, tools) or an LMPolicy")

@@ -1,0 +1,41 @@
+"""The one place where envs, suites and backends are registered.
+
+Everything is registered by ``"module:attr"`` strings (Gymnasium's entry points): importing the core
+imports neither ``envace_gym.envs`` nor ``envace_gym.agents``; a benchmark's upstream package is imported
+only when one of its suites or envs is used.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from .backends import backend_names, register_backend
+from .suites import register_suite, register_suite_family, suite_names
+
+__all__ = ["BUILTIN_DOMAINS", "ENV_IDS", "register_all"]
+
+BUILTIN_DOMAINS = ("bank", "files", "retail", "travel")
+
+#: Gymnasium id -> entry point.
+ENV_IDS = {
+    "EnvACE-ToolCall-v0": "envace_gym.env:ToolCallEnv",
+    "EnvACE-BFCL-v0": "envace_gym.envs.bfcl:BFCLEnv",
+    "EnvACE-Tau2-v0": "envace_gym.envs.tau2:Tau2Env",
+}
+
+
+def register_all() -> None:
+    """Register the builtin suites and backends, the benchmark suite families and the env ids (idempotent)."""
+    if "builtin" not in suite_names():
+        register_suite("builtin", "envace_gym.envs.builtin:load_mix")
+    for domain in BUILTIN_DOMAINS:
+        if f"builtin/{domain}" not in suite_names():
+            register_suite(f"builtin/{domain}", f"envace_gym.envs.builtin:load_{domain}")
+        if f"builtin/{domain}" not in backend_names():
+            register_backend(f"builtin/{domain}", f"envace_gym.envs.builtin.{domain}:make_backend")
+    # Public benchmarks: their suites are bfcl/<category> and tau2/<domain>.
+    register_suite_family("bfcl", "envace_gym.envs.bfcl.categories:CATEGORIES", "envace_gym.envs.bfcl:load_suite")
+    register_suite_family("tau2", "envace_gym.envs.tau2.domains:DOMAINS", "envace_gym.envs.tau2:load_suite")
+    for env_id, entry_point in ENV_IDS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point)

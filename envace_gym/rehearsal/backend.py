@@ -1,0 +1,166 @@
+"""``ImaginedBackend``: a backend like any other, whose results come from an env role (an :class:`Imaginer`)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..backends import make_backend
+from ..backends.base import Backend, ToolResult, replayed_state_hash, state_digest, validate_call
+from ..calls import ErrorCode, ToolCall
+from ..tasks import Task
+from ..tools import ToolSpec
+from .prompt import GROUNDINGS, build_simulator_prompt, parse_execution_result, parse_inline_result
+from .protocol import MODES, EnvRoleSample, ImagineRequest, Imaginer
+
+__all__ = ["ActorContext", "ImaginedBackend"]
+
+
+@dataclass
+class ActorContext:
+    """What the actor's context holds right now: its token ids, their text, and its engine cache key."""
+
+    ids: list[int]
+    text: str
+    key: str | None = None
+
+
+class ImaginedBackend:
+    """A :class:`~envace_gym.backends.Backend` whose results come from an :class:`Imaginer`.
+
+    The deterministic checks answer first, exactly as a real backend would; every call that passes them is
+    answered by the imaginer. Each answer's :class:`EnvRoleSample` travels on its :class:`ToolResult`
+    (``result.sample``), so the env reports it in ``info["rehearsal"]``. An unusable answer is a
+    ``TOOL_EXECUTION_ERROR``, marked ``fatal`` when ``end_on_failure`` (the env then ends the episode).
+
+    The env hands it the live conversation before each step's calls (:meth:`bind_conversation`). Its state
+    is the list of calls it answered successfully; ``state_hash`` replays them on a fresh *real* backend (an
+    offline check made once at the end of an episode, so ``state_match`` still works).
+
+    Args:
+        imaginer: who answers (``imagine(ImagineRequest)``); replaceable, e.g. by a batching imaginer.
+        mode: ``"prompted"`` (a simulator prompt per call) or ``"inline"`` (the actor's own context).
+        grounding: ``"reference"`` or ``"none"`` (prompted mode's few-shot examples).
+        max_result_chars: longer answers are unusable.
+        real_backend: ``task -> Backend`` for ``state_hash`` (default: the task's registered real backend).
+        end_on_failure: mark unusable answers ``fatal`` (the paper's rule).
+    """
+
+    def __init__(
+        self,
+        imaginer: Imaginer,
+        mode: str = "prompted",
+        grounding: str = "reference",
+        max_result_chars: int = 16_384,
+        real_backend: Callable[[Task], Backend] | None = None,
+        end_on_failure: bool = True,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if grounding not in GROUNDINGS:
+            raise ValueError(f"grounding must be one of {GROUNDINGS}, got {grounding!r}")
+        self.imaginer = imaginer
+        self.mode = mode
+        self.grounding = grounding
+        self.max_result_chars = max_result_chars
+        self.real_backend = real_backend or (lambda task: make_backend(task.backend, timeout=None))
+        self.end_on_failure = end_on_failure
+        self.context: ActorContext | None = None  # inline mode: the actor's exact context, when known
+        self.task: Task | None = None
+        self.tools: list[ToolSpec] = []
+        self.call_count = 0
+        self._messages: list[dict[str, Any]] = []
+        self._ok_calls: list[ToolCall] = []
+
+    # ------------------------------------------------------------------ protocol
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
+        self.task = task
+        self.tools = list(task.tool_specs) if task is not None else []
+        self.call_count = 0
+        self.context = None
+        self._messages = []
+        self._ok_calls = []
+
+    def bind_conversation(self, messages: list[dict[str, Any]]) -> None:
+        """The env's live message list (read, never written): what the env role is shown."""
+        self._messages = messages
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        assert self.task is not None, "reset() first"
+        self.call_count += 1
+        error = validate_call(call, {s.name: s for s in self.tools})
+        if error is not None:
+            return ToolResult(call, None, error)
+        try:
+            gen = self.imaginer.imagine(self._request(call))
+            text = getattr(gen, "text", gen)
+        except Exception as exc:  # an env role that crashes is contained like a crashing tool
+            gen, text = None, None
+            value, reason = None, f"env role raised {type(exc).__name__}: {exc}"
+        else:
+            parse = parse_inline_result if self.mode == "inline" else parse_execution_result
+            value, reason = parse(text, self.max_result_chars)
+        spec = next(s for s in self.tools if s.name == call.name)
+        if reason is None and spec.validate_result(value):
+            reason = "result breaks the tool's returns schema: " + "; ".join(spec.validate_result(value)[:3])
+        sample = EnvRoleSample(
+            prompt_ids=list(getattr(gen, "prompt_ids", []) or []),
+            completion_ids=list(getattr(gen, "token_ids", []) or []),
+            logprobs=list(getattr(gen, "logprobs", []) or []),
+            mode=self.mode,
+            tool=call.name,
+            valid=reason is None,
+            error=reason,
+        )
+        if self.mode == "inline":
+            # What the rollout engine needs to splice the result's tokens into the actor's stream.
+            sample.prompt_text = getattr(gen, "prompt_text", "") or ""
+            sample.completion_text = (text or "") + (getattr(gen, "stop_text", "") or "")
+        if reason is not None:
+            message = f"imagined result unusable: {reason}"
+            failure = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
+            return ToolResult(call, None, failure.error, sample=sample, fatal=self.end_on_failure)
+        self._ok_calls.append(call)
+        if self.mode == "inline":
+            if sample.prompt_ids and sample.prompt_text:  # the next call of this step continues from here
+                key = self.context.key if self.context else None
+                ids = sample.prompt_ids + sample.completion_ids
+                self.context = ActorContext(ids, sample.prompt_text + sample.completion_text, key)
+            return ToolResult(call, value, text=text, sample=sample)
+        return ToolResult(call, value, sample=sample)
+
+    def state(self) -> dict[str, Any]:
+        return {"calls": [c.to_dict() for c in self._ok_calls]}
+
+    def state_hash(self) -> str:
+        task = self.task
+        if task is None or not task.backend:
+            return state_digest(self.state())
+        return replayed_state_hash(lambda: self.real_backend(task), task, self._ok_calls)
+
+    def copy(self) -> ImaginedBackend:
+        """An independent backend at this point of the episode (the same imaginer answers both)."""
+        clone = copy.copy(self)
+        clone._ok_calls = list(self._ok_calls)
+        clone.context = None
+        return clone
+
+    # ------------------------------------------------------------------ internals
+    def _request(self, call: ToolCall) -> ImagineRequest:
+        assert self.task is not None
+        if self.mode == "prompted":
+            prompt = build_simulator_prompt(self.task, call, self._messages, self.tools, self.grounding)
+            return ImagineRequest(prompt, call.name, call.arguments)
+        ctx = self.context
+        return ImagineRequest(
+            list(self._messages),
+            call.name,
+            call.arguments,
+            key=ctx.key if ctx else None,
+            mode="inline",
+            tools=list(self.task.tools) or [s.to_openai() for s in self.tools],
+            context_ids=list(ctx.ids) if ctx else None,
+            context_text=ctx.text if ctx else None,
+        )

@@ -1,0 +1,105 @@
+"""The env role's prompted-mode prompt (EnvACE's ``tool_simulator_agent``) and the parsing of its answers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..calls import ToolCall, strip_reasoning
+from ..tasks import Task
+from ..tools import ToolSpec, compact_signature
+from ..transcript import render_transcript
+
+__all__ = [
+    "SIMULATOR_SYSTEM_PROMPT",
+    "GROUNDINGS",
+    "build_simulator_prompt",
+    "parse_execution_result",
+    "parse_inline_result",
+    "format_execution_result",
+]
+
+SIMULATOR_SYSTEM_PROMPT = (
+    "You are a precise tool simulator. Given tool schemas, examples of real calls with their results, the "
+    "conversation so far and one new tool call, you return exactly what the real tool would return for "
+    "that call: same structure, data types and facts as the examples and the conversation. Act as a silent "
+    "function: no explanations, no hints, no instructions to the assistant. Answer with\n"
+    "<execution_result>\n<a non-empty JSON object or array>\n</execution_result>\nand nothing else."
+)
+
+#: ``reference``: few-shot (arguments, result) pairs from the task's reference trajectory; ``none``: no examples.
+GROUNDINGS = ("reference", "none")
+
+_RESULT = re.compile(r"<execution_result>(.*?)</execution_result>", re.DOTALL)
+
+
+def _examples(task: Task, tool: str, limit: int) -> list[dict[str, Any]]:
+    same = [c for c in task.reference_calls if c.name == tool]
+    other = [c for c in task.reference_calls if c.name != tool]
+    return [{"name": c.name, "arguments": c.arguments, "result": c.result} for c in (same + other)[:limit]]
+
+
+def build_simulator_prompt(
+    task: Task,
+    call: ToolCall,
+    messages: Sequence[dict[str, Any]],
+    specs: Sequence[ToolSpec],
+    grounding: str = "reference",
+    max_examples: int = 3,
+) -> list[dict[str, Any]]:
+    """The prompted-mode simulator prompt (system + user message) for one call."""
+    spec = next((s for s in specs if s.name == call.name), None)
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
+    raw = messages[last].get("content", "") if last < len(messages) else ""
+    history = list(messages[:last]) + list(messages[last + 1 :])  # later items: this step's earlier results
+    examples = _examples(task, call.name, max_examples) if grounding == "reference" else []
+    current = {"name": call.name, "schema": spec.to_openai()["function"] if spec else None, "arguments": call.arguments}
+    parts = [
+        # Candidate tools as one signature line each; the current tool's full schema comes below.
+        "## Candidate tools\n" + "\n".join(compact_signature(s.to_openai()) for s in specs),
+        "## Examples of real calls and results\n"
+        + ("\n".join(json.dumps(e, ensure_ascii=False) for e in examples) if examples else "<unavailable>"),
+        "## Conversation so far\n" + render_transcript(history, include_system=False),
+        "## The assistant's last message\n" + raw,
+        "## Tool call to simulate\n" + json.dumps(current, ensure_ascii=False),
+    ]
+    return [{"role": "system", "content": SIMULATOR_SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def parse_execution_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str | None]:
+    """``(value, None)`` for a valid answer, else ``(None, reason)``. Never raises; bounded work."""
+    if not isinstance(text, str) or not text.strip():
+        return None, "empty simulator answer"
+    if len(text) > 4 * max_chars:
+        return None, f"simulator answer is {len(text)} characters; the limit is {4 * max_chars}"
+    match = _RESULT.search(strip_reasoning(text))
+    if match is None:
+        return None, "no <execution_result>...</execution_result> block"
+    return _json_result(match.group(1).strip(), max_chars, "execution result")
+
+
+def parse_inline_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str | None]:
+    """An inline answer is the tool message itself: a non-empty JSON object or array, nothing else.
+    ``(value, None)`` when valid, else ``(None, reason)``. Never raises; bounded work."""
+    if not isinstance(text, str) or not text.strip():
+        return None, "empty simulator answer"
+    return _json_result(text, max_chars, "imagined result")
+
+
+def _json_result(body: str, max_chars: int, what: str) -> tuple[Any, str | None]:
+    if len(body) > max_chars:
+        return None, f"{what} is {len(body)} characters; the limit is {max_chars}"
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        return None, f"{what} is not JSON: {str(exc)[:100]}"
+    if not isinstance(value, (dict, list)) or value == {}:
+        return None, f"{what} must be a non-empty JSON object or an array"
+    return value, None
+
+
+def format_execution_result(value: Any) -> str:
+    """The answer format the env role must produce."""
+    return f"<execution_result>\n{json.dumps(value, ensure_ascii=False)}\n</execution_result>"

@@ -1,0 +1,131 @@
+"""``SelfRehearsalEnv``: the same env, with tool results imagined by the policy in its environment role."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+from ..calls import ToolCall
+from .backend import ActorContext, ImaginedBackend
+from .prompt import GROUNDINGS, format_execution_result
+from .protocol import MODES, ImagineRequest, Imaginer
+
+__all__ = ["SelfRehearsalEnv", "RealResultImaginer", "ON_INVALID"]
+
+ON_INVALID = ("end", "error_observation")
+
+
+class SelfRehearsalEnv(gym.Wrapper):
+    """The same env, with tool results imagined by ``policy`` in its environment role.
+
+    Args:
+        env: a ``ToolCallEnv`` (or a wrapper around one).
+        policy: anything with ``imagine(ImagineRequest)``, e.g. ``envace_gym.agents.LMPolicy``.
+        mode: ``"prompted"`` (a fresh simulator prompt per call, the paper's setting) or ``"inline"`` (the
+            result is written as the tool message in the actor's own context; with the rollout engine,
+            which reports that context through :meth:`set_actor_context`, its KV cache is reused and only
+            the result's tokens are computed). ``grounding`` applies to prompted mode only.
+        grounding: ``"reference"`` (few-shot pairs from the task's reference trajectory) or ``"none"``.
+        on_invalid: ``"end"`` (an unusable answer ends the episode with reward 0, the paper's rule) or
+            ``"error_observation"`` (the agent sees a ``TOOL_EXECUTION_ERROR`` and goes on).
+
+    The wrapper configures and never patches: it owns an :class:`ImaginedBackend` and gives it to the env
+    for each episode through ``reset(options={"backend": ...})``; the wrapped env's own configuration is
+    left as it was (the same env unwrapped still answers with its own backend). ``info["rehearsal"]`` holds
+    the step's :class:`~envace_gym.rehearsal.EnvRoleSample` records, so a trainer can treat them as their
+    own RL samples.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        policy: Imaginer,
+        mode: str = "prompted",
+        grounding: str = "reference",
+        on_invalid: str = "end",
+        max_result_chars: int = 16_384,
+    ) -> None:
+        super().__init__(env)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if grounding not in GROUNDINGS:
+            raise ValueError(f"grounding must be one of {GROUNDINGS}, got {grounding!r}")
+        if on_invalid not in ON_INVALID:
+            raise ValueError(f"on_invalid must be one of {ON_INVALID}, got {on_invalid!r}")
+        self.policy, self.mode, self.on_invalid = policy, mode, on_invalid
+        base = env.unwrapped
+        # An inline result becomes the message verbatim, so it must fit without the env clipping it.
+        limit = min(max_result_chars, base.max_result_chars) if mode == "inline" else max_result_chars
+        self.imagined = ImaginedBackend(
+            policy,
+            mode=mode,
+            grounding=grounding,
+            max_result_chars=limit,
+            real_backend=base.real_backend_for,
+            end_on_failure=on_invalid == "end",
+        )
+
+    @property
+    def imaginer(self) -> Imaginer:
+        """Who answers tool calls (``policy`` unless replaced, e.g. by the rollout engine's batcher)."""
+        return self.imagined.imaginer
+
+    @imaginer.setter
+    def imaginer(self, value: Imaginer) -> None:
+        self.imagined.imaginer = value
+
+    def set_actor_context(self, ids: Sequence[int], text: str, key: str | None = None) -> None:
+        """Tell an inline env role what the actor's context holds before the next :meth:`step`: the exact
+        token ids (as sampled), the text they stand for, and the engine cache key of that conversation.
+        The rollout engine calls this; without it the env role re-renders the conversation."""
+        self.imagined.context = ActorContext(list(ids), text, key)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        return self.env.reset(seed=seed, options={**(options or {}), "backend": self.imagined})
+
+    @property
+    def spec(self):  # type: ignore[override]
+        """The wrapped env's spec, marked nondeterministic: imagined results are sampled."""
+        spec = self.env.spec
+        return dataclasses.replace(spec, nondeterministic=True) if spec is not None else None
+
+    def step(self, action: str):
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        finally:
+            self.imagined.context = None  # valid for one step only: the rollout engine sets it anew
+        info.setdefault("rehearsal", [])
+        return obs, reward, terminated, truncated, info
+
+
+class RealResultImaginer:
+    """An env role that answers with what the real backend returns: a perfect simulator.
+
+    It keeps a shadow real backend in step with the episode. Uses: the interchangeability check (an
+    imagined run must then equal the real run), and targets for warm-starting the env role.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env = env.unwrapped
+        self._episode = None
+        self._shadow: Any = None
+
+    def imagine(self, request: ImagineRequest) -> Any:
+        base = self.env
+        if self._episode != base.episode_index:
+            self._episode = base.episode_index
+            self._shadow = base.real_backend_for(base.task)
+            self._shadow.reset(base.task, seed=0)
+        result = self._shadow.execute(ToolCall(request.tool, request.arguments))
+        if request.mode == "inline":
+            return _Text(result.to_message_content())
+        return _Text(format_execution_result(result.payload()))
+
+
+@dataclass
+class _Text:
+    text: str

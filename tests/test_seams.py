@@ -1,0 +1,246 @@
+"""The public seams: fork(), the backend given at reset, wrappers that do not patch what they wrap,
+the reward-basis registry, the one backend-spec parser, the one evaluation order, the env's call counts,
+and the import layering (the core never imports agents or envs)."""
+
+from __future__ import annotations
+
+import ast
+import copy
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import envace_gym
+from envace_gym import SelfRehearsalEnv, Task, ToolCall, format_calls, parse_backend_spec
+from envace_gym.agents.scripted import OraclePolicy
+from envace_gym.backends import BackendCopyError, make_backend
+from envace_gym.backends.mcp import MCPBackend
+from envace_gym.rehearsal import RealResultImaginer
+from envace_gym.rewards import register_reward_basis, reward_bases
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _oracle_actions(env) -> list[str]:
+    base = env.unwrapped
+    return OraclePolicy(base.suite).plan(base.task)
+
+
+def _first_mutating_task(domain: str) -> Task:
+    """A test task of ``domain`` whose reference changes state (so a fork can diverge)."""
+    suite = envace_gym.load_suite(f"builtin/{domain}").filter(split="test")
+    for task in suite:
+        backend = make_backend(task.backend, timeout=None)
+        backend.reset(task)
+        before = backend.state_hash()
+        for ref in task.reference_calls:
+            backend.execute(ref.call)
+        if backend.state_hash() != before and len(task.reference_calls) >= 2:
+            return task
+    raise AssertionError(f"no mutating task in builtin/{domain}")
+
+
+# ---------------------------------------------------------------------------- fork
+@pytest.mark.parametrize("domain", envace_gym.BUILTIN_DOMAINS)
+def test_fork_is_independent_both_ways(domain):
+    task = _first_mutating_task(domain)
+    env = gym.make("EnvACE-ToolCall-v0", suite=f"builtin/{domain}", split="test")
+    env.reset(options={"task_id": task.id})
+    plan = _oracle_actions(env)
+    env.step(plan[0])  # part-way: the first step's calls ran
+    base = env.unwrapped
+    fork = base.fork()
+    assert fork.backend is not base.backend and fork.suite is base.suite
+    assert fork.backend.state_hash() == base.backend.state_hash() and fork.messages == base.messages
+
+    hash_before, messages_before = base.backend.state_hash(), copy.deepcopy(base.messages)
+    for action in plan[1:]:  # the fork finishes the episode: the original is untouched
+        _, reward, terminated, truncated, _ = fork.step(action)
+        if terminated or truncated:
+            break
+    assert reward == 1.0
+    assert base.backend.state_hash() == hash_before and base.messages == messages_before and not base.done
+
+    fork_hash = fork.backend.state_hash()
+    base.step(plan[1])  # and the other way round
+    assert fork.backend.state_hash() == fork_hash
+    assert base.backend.state_hash() != hash_before or base.messages != messages_before
+
+
+def test_fork_on_bfcl_multi_turn_is_independent():
+    env = gym.make("EnvACE-BFCL-v0", category="multi_turn_base")
+    task = next(t for t in env.unwrapped.pool if len(t.reference_calls) >= 2)
+    env.reset(options={"task_id": task.id})
+    plan = _oracle_actions(env)
+    env.step(plan[0])
+    base = env.unwrapped
+    fork = base.fork()
+    hash_before = base.backend.state_hash()
+    for action in plan[1:]:
+        _, reward, terminated, truncated, info = fork.step(action)
+        if terminated or truncated:
+            break
+    assert reward == 1.0 and info["bfcl"]["valid"]
+    assert base.backend.state_hash() == hash_before and not base.done
+    for action in plan[1:]:  # the original still plays to the same end on its own state
+        _, reward, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
+    assert reward == 1.0
+
+
+def test_an_mcp_backend_refuses_to_be_copied_with_a_reason():
+    backend = MCPBackend("python -m envace_gym.envs.builtin.mcp_server bank")  # never started: copy refuses first
+    with pytest.raises(BackendCopyError, match="MCP"):
+        backend.copy()
+
+
+# ---------------------------------------------------------------------------- wrappers configure, never patch
+def _config(env) -> dict:
+    base = env.unwrapped
+    return {k: v for k, v in vars(base).items() if k in ("backend_spec", "max_turns", "tool_timeout", "_backends")}
+
+
+def test_the_rehearsal_wrapper_leaves_the_base_env_as_it_was():
+    inner = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test")
+    base = inner.unwrapped
+    before = dict(vars(base))
+    wrapped = SelfRehearsalEnv(inner, RealResultImaginer(inner))
+    assert vars(base) == before  # wrapping changes nothing
+
+    wrapped.reset(options={"task_id": "bank-test-0008"})
+    assert type(base.backend).__name__ == "ImaginedBackend"
+    _, reward, *_ = wrapped.step(format_calls([ToolCall("get_balance", {"account_id": "A-5247"})]))
+    assert base.backend_spec == before["backend_spec"] and base._backends is before["_backends"]
+
+    # The same env used directly answers with its own real backend again: nothing to restore.
+    inner.reset(options={"task_id": "bank-test-0008"})
+    assert type(base.backend).__name__ == "PythonBackend"
+
+
+def test_get_wrapper_attr_reaches_the_rehearsal_wrapper_through_gym_make_wrappers():
+    inner = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank")
+    env = gym.wrappers.RecordEpisodeStatistics(SelfRehearsalEnv(inner, RealResultImaginer(inner)))
+    assert env.has_wrapper_attr("set_actor_context") and callable(env.get_wrapper_attr("set_actor_context"))
+
+
+# ---------------------------------------------------------------------------- reward registry
+class _LengthBasis:
+    """A test env's own basis: 1.0 when the final answer is short."""
+
+    def __call__(self, ctx) -> float:
+        answer = ctx.record.turn_answers[-1] or ""
+        assert ctx.env is not None and ctx.env.task is ctx.task
+        return 1.0 if len(answer) <= 10 else 0.0
+
+
+def test_a_registered_reward_basis_scores():
+    register_reward_basis("test_short_answer", _LengthBasis(), overwrite=True)
+    assert "test_short_answer" in reward_bases()
+    bank = envace_gym.load_suite("builtin/bank").get("bank-test-0008")
+    task = Task.from_dict({**bank.to_dict(), "id": "short-1", "reward": ["call_match", "test_short_answer"]})
+    call = format_calls([ToolCall("get_balance", {"account_id": "A-5247"})])
+    for answer, expected in (("2215.70 EUR", 0.0), ("2215.7 EUR", 1.0)):
+        env = envace_gym.ToolCallEnv(tasks=[task], split=None)
+        env.reset(options={"task_id": "short-1"})
+        env.step(call)
+        _, reward, terminated, _, info = env.step(answer)
+        assert terminated and reward == expected and info["reward_components"]["test_short_answer"] == expected
+
+
+def test_an_unregistered_basis_is_refused_when_the_task_is_built():
+    with pytest.raises(envace_gym.TaskFormatError, match="no_such_basis"):
+        Task(id="x", user_turns=("hi",), reward=("no_such_basis",))
+
+
+# ---------------------------------------------------------------------------- one of each thing
+@pytest.mark.parametrize(
+    "value, kind, target",
+    [
+        ("real", "real", ""),
+        ("replay:a.jsonl", "replay", "a.jsonl"),
+        ("mcp:python -m x", "mcp", "python -m x"),
+        ("self-inline", "self-inline", ""),
+        ("simulator", "simulator", ""),
+    ],
+)
+def test_backend_specs_parse(value, kind, target):
+    spec = parse_backend_spec(value)
+    assert (spec.kind, spec.target, str(spec)) == (kind, target, value)
+
+
+@pytest.mark.parametrize("value", ["bogus", "replay:", "mcp:  ", "cache"])
+def test_bad_backend_specs_say_what_to_use(value):
+    with pytest.raises(ValueError, match="real, replay:PATH"):
+        parse_backend_spec(value)
+    with pytest.raises(ValueError):
+        gym.make("EnvACE-ToolCall-v0", backend=value)
+
+
+def test_an_imagined_spec_points_to_the_wrapper():
+    with pytest.raises(ValueError, match="SelfRehearsalEnv"):
+        gym.make("EnvACE-ToolCall-v0", backend="self")
+
+
+def test_the_evaluation_order_is_seeded_balanced_and_covers_every_task_first():
+    pool = envace_gym.load_suite("builtin").filter(split="test")
+    order = pool.episode_order(seed=3)
+    assert sorted(t.id for t in order) == sorted(t.id for t in pool)  # each task once
+    assert [t.id for t in pool.episode_order(seed=3)] == [t.id for t in order]
+    assert [t.id for t in pool.episode_order(seed=4)] != [t.id for t in order]
+    prefix = [t.domain for t in order[:8]]
+    assert all(prefix.count(d) == 2 for d in envace_gym.BUILTIN_DOMAINS)  # any prefix is balanced
+    assert len(pool.episode_order(len(pool) + 5, seed=3)) == len(pool) + 5
+
+
+def test_the_env_counts_valid_and_invalid_calls():
+    env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test")
+    env.reset(options={"task_id": "bank-test-0008"})
+    _, _, _, _, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-5247"})]))
+    assert info["call_counts"] == {"ok": 1, "failed": 0}
+    # an unknown tool, a schema violation and broken JSON are invalid; "no such account" is the world's answer
+    bad = format_calls([ToolCall("nope", {}), ToolCall("get_balance", {"account_id": 5})])
+    _, _, _, _, info = env.step(bad + '<tool_call>{"name": ')
+    _, _, _, _, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-0000"})]))
+    assert info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR"
+    assert info["call_counts"] == {"ok": 2, "failed": 3}
+
+
+# ---------------------------------------------------------------------------- layering
+CORE = ROOT / "envace_gym"
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                names.add(".".join(base + ([node.module] if node.module else [])))
+            else:
+                names.add(node.module or "")
+    return names
+
+
+def test_the_core_imports_neither_agents_nor_envs():
+    offenders = {}
+    for path in CORE.rglob("*.py"):
+        if "cli" in path.relative_to(CORE).parts:
+            continue  # the CLI is the one floor above core, envs and agents
+        bad = {n for n in _imports(path) if n.startswith(("envace_gym.agents", "envace_gym.envs"))}
+        if bad:
+            offenders[str(path.relative_to(ROOT))] = sorted(bad)
+    assert offenders == {}
+
+
+def test_envs_import_no_agents():
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.startswith("envace_gym.agents"))
+        for p in (ROOT / "envs").rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
