@@ -8,7 +8,7 @@ STAMP := $(VENV)/.envace-installed
 # torch is pinned first so that nothing later resolves a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test lint bench clean
 
 setup: $(STAMP)
 
@@ -28,7 +28,12 @@ demo: setup
 	$(VENV)/bin/envace demo
 
 test: setup
+	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: setup
 	$(PY) benchmarks/rollout_throughput.py

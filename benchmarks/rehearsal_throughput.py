@@ -97,7 +97,8 @@ def main() -> None:
     print(f"{'mode':10} {'batch':>5} {'calls':>6} {'seconds':>8} {'calls/s':>8} {'tok/s':>7} {'parse-valid':>11}")
     for r in rows:
         print(
-            f"{r['mode']:10} {r['batch_size']:>5} {r['calls']:>6} {r['seconds']:>8} {r['calls_per_s']:>8} {r['tokens_per_s']:>7} {r['parse_valid_rate']:>11.0%}"
+            f"{r['mode']:10} {r['batch_size']:>5} {r['calls']:>6} {r['seconds']:>8} {r['calls_per_s']:>8} "
+            f"{r['tokens_per_s']:>7} {r['parse_valid_rate']:>11.0%}"
         )
     print(
         f"batched / one-by-one: {ratios['batched_over_single']}x   inline / prompted: {ratios['inline_over_prompted']}x"

@@ -109,7 +109,8 @@ def main() -> None:
     pool = make_envs(1, args.suite, args.max_turns)[0].unwrapped.pool
     rows = []
     print(
-        f"model={args.policy} bf16={policy.engine.bf16} max_new_tokens={args.max_new_tokens} max_turns={args.max_turns} threads={torch.get_num_threads()}"
+        f"model={args.policy} bf16={policy.engine.bf16} max_new_tokens={args.max_new_tokens} "
+        f"max_turns={args.max_turns} threads={torch.get_num_threads()}"
     )
     for n in args.envs:
         task_ids = [t.id for t in pool[:n]]
@@ -133,8 +134,9 @@ def main() -> None:
         row["ours_vs_raw"] = round(row["ours_tok_s"] / row["raw_tok_s"], 2)
         rows.append(row)
         print(
-            f"{n:>3} envs | ours {row['ours_tok_s']:>6} tok/s ({o_tok} tok, {row['ours_s']}s) | naive {row['naive_tok_s']:>6} tok/s "
-            f"({n_tok} tok, {row['naive_s']}s) | raw generate {row['raw_tok_s']:>6} tok/s | ours/naive {row['ours_vs_naive']}x "
+            f"{n:>3} envs | ours {row['ours_tok_s']:>6} tok/s ({o_tok} tok, {row['ours_s']}s) "
+            f"| naive {row['naive_tok_s']:>6} tok/s ({n_tok} tok, {row['naive_s']}s) "
+            f"| raw generate {row['raw_tok_s']:>6} tok/s | ours/naive {row['ours_vs_naive']}x "
             f"(target >= 4 at 16) | ours/raw {row['ours_vs_raw']} (target >= 0.7)",
             flush=True,
         )

@@ -128,11 +128,13 @@ def print_table(summaries: list[dict[str, Any]], total_seconds: float) -> None:
         ours1 = sum(c["reward_1_ours"] for c in s["variants"].values())
         tau1 = sum(c["reward_1_tau2"] for c in s["variants"].values())
         print(
-            f"{s['domain']:<9}{'ALL (' + str(s['tasks']) + ' tasks)':<16}{s['episodes']:>9}{s['agree']:>7}{rate:>9}{ours1:>8}{tau1:>8}{s['seconds']:>8.1f}s"
+            f"{s['domain']:<9}{'ALL (' + str(s['tasks']) + ' tasks)':<16}{s['episodes']:>9}{s['agree']:>7}"
+            f"{rate:>9}{ours1:>8}{tau1:>8}{s['seconds']:>8.1f}s"
         )
         if "replay_agree" in s:
             print(
-                f"{s['domain']:<9}{'replay path':<16}{s['episodes']:>9}{s['replay_agree']:>7}{100 * s['replay_agree'] / s['episodes']:>8.1f}%"
+                f"{s['domain']:<9}{'replay path':<16}{s['episodes']:>9}{s['replay_agree']:>7}"
+                f"{100 * s['replay_agree'] / s['episodes']:>8.1f}%"
             )
     n = sum(s["episodes"] for s in summaries)
     a = sum(s["agree"] for s in summaries)
@@ -140,7 +142,8 @@ def print_table(summaries: list[dict[str, Any]], total_seconds: float) -> None:
     for s in summaries:
         for e in s["tau2_errors"]:
             print(
-                f"TAU2 RAISED {s['domain']} task={e['task']} variant={e['variant']} ours={e['ours']} ({e['tau2_error']}); "
+                f"TAU2 RAISED {s['domain']} task={e['task']} variant={e['variant']} ours={e['ours']} "
+                f"({e['tau2_error']}); "
                 "counted as tau2 reward 0, as its runner does with --skip-failed-samples"
             )
         for d in s["disagreements"]:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
-
 from .backends import (
     Backend,
     BackendSpec,
     PythonBackend,
     ReplayBackend,
-    ToolResult,
     Toolkit,
+    ToolResult,
     make_backend,
     parse_backend_spec,
     register_backend,

@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     """Fixed error codes, shared with the EnvACE reference code (and extended for execution)."""
 
     INVALID_TOOL_CALL_FORMAT = "INVALID_TOOL_CALL_FORMAT"

@@ -80,7 +80,7 @@ def values_match(value: Any, allowed: Any) -> bool:
     if isinstance(allowed, str) and isinstance(value, str):
         return _norm_str(value) == _norm_str(allowed)
     if isinstance(allowed, list) and isinstance(value, list):
-        return len(value) == len(allowed) and all(values_match(v, a) for v, a in zip(value, allowed))
+        return len(value) == len(allowed) and all(values_match(v, a) for v, a in zip(value, allowed, strict=True))
     if isinstance(allowed, dict) and isinstance(value, dict):
         return value.keys() == allowed.keys() and all(values_match(value[k], allowed[k]) for k in allowed)
     return value == allowed and type(value) is type(allowed)

@@ -241,7 +241,7 @@ def _parse_google_docstring(doc: str) -> tuple[str, dict[str, str]]:
                 args[current] = match.group(3).strip()
             elif current:  # continuation line of the current argument
                 args[current] = (args[current] + " " + line).strip()
-    return " ".join(l for l in summary_lines if l).strip(), args
+    return " ".join(part for part in summary_lines if part).strip(), args
 
 
 # ---------------------------------------------------------------------- BFCL dialect -> JSON Schema

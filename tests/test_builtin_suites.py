@@ -130,7 +130,7 @@ def test_builtin_suite_jsonl_round_trip(tmp_path):
     assert len(loaded) == len(suite)
     assert all(
         json.dumps(a.to_dict(), sort_keys=True) == json.dumps(b.to_dict(), sort_keys=True)
-        for a, b in zip(loaded, suite)
+        for a, b in zip(loaded, suite, strict=True)
     )
 
 
@@ -138,7 +138,10 @@ def test_generation_is_deterministic_across_processes():
     import subprocess
     import sys
 
-    code = "import envace_gym, hashlib, json; s = envace_gym.load_suite('builtin'); print(hashlib.sha256(json.dumps([t.to_dict() for t in s], sort_keys=True).encode()).hexdigest())"
+    code = (
+        "import envace_gym, hashlib, json; s = envace_gym.load_suite('builtin'); "
+        "print(hashlib.sha256(json.dumps([t.to_dict() for t in s], sort_keys=True).encode()).hexdigest())"
+    )
     digests = {
         subprocess.run(
             [sys.executable, "-c", code],

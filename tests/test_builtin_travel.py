@@ -362,7 +362,7 @@ def test_splits_use_disjoint_entities(suites):
         return cities, people, titles
 
     train, test = entities(suites["train"]), entities(suites["test"])
-    for tr, te in zip(train, test):
+    for tr, te in zip(train, test, strict=True):
         assert tr and te and not tr & te
     for pool in (travel._CITIES, travel._FIRST, travel._LAST, travel._TITLES):
         assert not set(pool["train"]) & set(pool["test"])

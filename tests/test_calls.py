@@ -81,7 +81,10 @@ def test_round_trip_python_style(calls):
 
 
 def test_parallel_tool_call_blocks_and_free_text():
-    text = 'Let me check.\n<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call>\n<tool_call>{"name": "b", "arguments": {}}</tool_call>'
+    text = (
+        'Let me check.\n<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call>\n'
+        '<tool_call>{"name": "b", "arguments": {}}</tool_call>'
+    )
     parsed = parse_calls(text)
     assert [c.name for c in parsed.calls] == ["a", "b"]
     assert parsed.content == "Let me check."

@@ -101,9 +101,10 @@ def test_oracle_over_loopback_http_two_envs_share_the_server_and_a_dead_server_i
         suite = envs[0].unwrapped.suite
         tasks = [t for t in envs[0].unwrapped.pool if "state_match" in t.reward][:6]
         # Interleave two episodes step by step: each client session has its own world on the server.
-        for pair in zip(tasks[0::2], tasks[1::2]):
+        for pair in zip(tasks[0::2], tasks[1::2], strict=False):
             policies = [OraclePolicy(suite), OraclePolicy(suite)]
-            obs, infos = map(list, zip(*(env.reset(options={"task_id": t.id}) for env, t in zip(envs, pair))))
+            resets = [env.reset(options={"task_id": t.id}) for env, t in zip(envs, pair, strict=True)]
+            obs, infos = map(list, zip(*resets, strict=True))
             done = [False, False]
             while not all(done):
                 for i, env in enumerate(envs):

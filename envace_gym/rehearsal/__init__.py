@@ -24,7 +24,7 @@ from .prompt import (
     parse_execution_result,
     parse_inline_result,
 )
-from .protocol import MODES, EnvRoleSample, ImagineRequest, Imaginer
+from .protocol import MODES, EnvRoleSample, Imaginer, ImagineRequest
 from .wrapper import ON_INVALID, RealResultImaginer, SelfRehearsalEnv
 
 __all__ = [

@@ -13,7 +13,7 @@ from ..calls import ErrorCode, ToolCall
 from ..tasks import Task
 from ..tools import ToolSpec
 from .prompt import GROUNDINGS, build_simulator_prompt, parse_execution_result, parse_inline_result
-from .protocol import MODES, EnvRoleSample, ImagineRequest, Imaginer
+from .protocol import MODES, EnvRoleSample, Imaginer, ImagineRequest
 
 __all__ = ["ActorContext", "ImaginedBackend"]
 

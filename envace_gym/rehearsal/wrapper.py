@@ -12,7 +12,7 @@ import gymnasium as gym
 from ..calls import ToolCall
 from .backend import ActorContext, ImaginedBackend
 from .prompt import GROUNDINGS, format_execution_result
-from .protocol import MODES, ImagineRequest, Imaginer
+from .protocol import MODES, Imaginer, ImagineRequest
 
 __all__ = ["SelfRehearsalEnv", "RealResultImaginer", "ON_INVALID"]
 

@@ -11,7 +11,7 @@ Data, stateful API classes and checker functions come from the installed ``bfcl-
 
 from __future__ import annotations
 
-from functools import cache, lru_cache
+from functools import cache
 
 from envace_gym.backends import register_backend
 from envace_gym.rewards import register_reward_basis

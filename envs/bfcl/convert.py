@@ -148,7 +148,7 @@ def multi_turn_task(entry: dict[str, Any], category: str) -> Task:
     docs = [d for c in classes for d in upstream.func_docs(c)]
     holdout = {str(t): list(names) for t, names in (entry.get("missed_function") or {}).items()}
     user_turns = []
-    for t, turn in enumerate(entry["question"]):
+    for turn in entry["question"]:
         _, _, user = _split_messages(turn)
         user_turns.append(user if turn else upstream.added_functions_prompt())
     long_context = "long_context" in category

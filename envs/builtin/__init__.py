@@ -8,7 +8,7 @@ same tasks; the test split uses held-out entities and phrasings.
 from __future__ import annotations
 
 import importlib
-from functools import cache, lru_cache
+from functools import cache
 
 from envace_gym.tasks import TaskSuite
 

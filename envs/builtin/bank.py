@@ -387,5 +387,5 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
 
 def generate(split: str, count: int) -> list[Task]:
     """``count`` deterministic tasks of ``split`` ("train" or "test")."""
-    kinds, weights = zip(*_KINDS)
+    kinds, weights = zip(*_KINDS, strict=True)
     return generate_tasks(DOMAIN, split, count, kinds, weights, _make)

@@ -378,7 +378,7 @@ def _distinct_sizes(rng: random.Random, split: str, state: dict[str, Any], paths
     """Lengthen files until their sizes differ, so "the largest file" has a single answer."""
     while True:
         sizes = [len(state["files"][p]) for p in paths]
-        dupes = [p for p, n in zip(paths, sizes) if sizes.count(n) > 1]
+        dupes = [p for p, n in zip(paths, sizes, strict=True) if sizes.count(n) > 1]
         if not dupes:
             return
         state["files"][dupes[0]] += f" {rng.choice(_WORDS[split])}"

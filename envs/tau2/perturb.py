@@ -104,7 +104,7 @@ def perturbations(domain: str, task: Any, others: Sequence[Any]) -> dict[str, li
     }
     out: dict[str, list[GoldAction]] = {}
     for kind, found in candidates.items():
-        for _, variant in zip(range(_MAX_TRIES), found):
+        for _, variant in zip(range(_MAX_TRIES), found, strict=False):
             if end_state(domain, task, variant) != gold:
                 out[kind] = variant
                 break

@@ -94,7 +94,7 @@ def to_tau2_messages(log: EpisodeLog) -> list[Any]:
     from tau2.data_model.message import AssistantMessage, ToolMessage, UserMessage
 
     out: list[Any] = []
-    for i, m in enumerate(log.messages):
+    for m in log.messages:
         text = m.text if m.text and m.text.strip() else None
         if text is None and not m.calls:
             continue  # nothing tau2 would have recorded (e.g. only malformed calls)

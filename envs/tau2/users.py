@@ -68,7 +68,7 @@ class ScriptedUser:
         script = self.task.metadata.get("tau2", {}).get("user_script", [])
         if self._pending and messages and messages[-1]["role"] == "tool":  # results of the calls we just made
             results = [m["content"] for m in messages if m["role"] == "tool"][-len(self._pending) :]
-            done = "; ".join(f"{c.name} -> {r}" for c, r in zip(self._pending, results))
+            done = "; ".join(f"{c.name} -> {r}" for c, r in zip(self._pending, results, strict=False))
             self._pending = []
             return f"{turns[self._step - 1]} ({done})"
         if self._step == 0:
