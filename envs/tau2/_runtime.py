@@ -56,7 +56,7 @@ def domain_module(domain: str) -> Any:
 
 
 def new_environment(domain: str) -> Any:
-    """A fresh tau2 ``Environment`` of ``domain`` at its default database (about 0.2 s for airline).
+    """A fresh tau2 ``Environment`` of ``domain`` at its default database.
 
     tau2's ``calculate`` tool ``eval``s its argument; ours computes the same answer from the parsed
     expression (model output is never evaluated)."""
