@@ -31,7 +31,9 @@ __all__ = ["DemoConfig", "run_demo"]
 class DemoConfig:
     """Settings of ``envace demo``; each field is a flag (``--out`` is ``--out-root``)."""
 
-    policy: str = field(default="default", metadata={"help": "the LM to demo: default | tiny | ckpt:DIR | hf:PATH | gguf:PATH"})
+    policy: str = field(
+        default="default", metadata={"help": "the LM to demo: default | tiny | ckpt:DIR | hf:PATH | gguf:PATH"}
+    )
     minutes: float = field(default=3.0, metadata={"help": "warm-start budget, in minutes"})
     episodes: int = field(
         default=32, metadata={"help": "test episodes per evaluation (the same tasks before and after)"}
