@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +29,42 @@ __all__ = ["DemoConfig", "run_demo"]
 
 @dataclass
 class DemoConfig:
-    policy: str = "default"
-    minutes: float = 3.0  # warm-start budget
-    episodes: int = 32  # test episodes per evaluation (the same tasks before and after)
-    batch_size: int = 16  # envs stepped in lockstep
-    max_turns: int = 4
-    max_new_tokens: int = 112
-    sft_examples: int = 800
-    lr: float = 1e-4
-    seed: int = 0
-    out_root: str = "runs"
+    """Settings of ``envace demo``; each field is a flag (``--out`` is ``--out-root``)."""
+
+    policy: str = field(
+        default="default", metadata={"help": "the LM to demo: default | tiny | ckpt:DIR | hf:PATH | gguf:PATH"}
+    )
+    minutes: float = field(default=3.0, metadata={"help": "warm-start budget, in minutes"})
+    episodes: int = field(
+        default=32, metadata={"help": "test episodes per evaluation (the same tasks before and after)"}
+    )
+    batch_size: int = field(default=16, metadata={"help": "envs stepped in lockstep"})
+    max_turns: int = field(default=4, metadata={"help": "assistant messages per episode before truncation"})
+    max_new_tokens: int = field(default=112, metadata={"help": "tokens generated per LM turn at most"})
+    sft_examples: int = field(default=800, metadata={"help": "train tasks whose reference trajectories are learned"})
+    lr: float = field(default=1e-4, metadata={"help": "warm-start learning rate"})
+    seed: int = field(default=0, metadata={"help": "seed of the task order, sampling and training"})
+    out_root: str = field(
+        default="runs", metadata={"help": "parent folder of the run folder (demo-<time>/)", "aliases": ["--out"]}
+    )
+
+    def __post_init__(self) -> None:
+        checks = {
+            "minutes": (self.minutes > 0, "> 0"),
+            "episodes": (self.episodes >= 1, ">= 1"),
+            "batch_size": (self.batch_size >= 1, ">= 1"),
+            "max_turns": (self.max_turns >= 1, ">= 1"),
+            "max_new_tokens": (self.max_new_tokens >= 1, ">= 1"),
+            "sft_examples": (self.sft_examples >= 1, ">= 1"),
+            "lr": (self.lr > 0, "> 0"),
+        }
+        for name, (ok, rule) in checks.items():
+            if not ok:
+                raise ValueError(
+                    f"DemoConfig.{name} (--{name.replace('_', '-')}) must be {rule}, got {getattr(self, name)}"
+                )
+        if not self.policy:
+            raise ValueError("DemoConfig.policy (--policy) must not be empty")
 
 
 def _make_envs(cfg: DemoConfig, split: str, n: int) -> list[gym.Env]:
@@ -136,7 +162,8 @@ def run_demo(cfg: DemoConfig) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
     console.print(
-        f"[bold]envace demo[/bold]: policy={cfg.policy}, {cfg.episodes} test episodes, {cfg.minutes:g} min warm start -> {run_dir}"
+        f"[bold]envace demo[/bold]: policy={cfg.policy}, {cfg.episodes} test episodes, "
+        f"{cfg.minutes:g} min warm start -> {run_dir}"
     )
     policy = LMPolicy.from_spec(cfg.policy, sampling=sampling)
 

@@ -1,6 +1,16 @@
+import dataclasses
 import json
 
-from envace_gym.cli import main
+import pytest
+from transformers import HfArgumentParser
+
+from envace_gym.agents.demo import DemoConfig
+from envace_gym.agents.train.sft import SFTConfig
+from envace_gym.backends.spec import BackendSpec
+from envace_gym.cli import command_module, command_parser, main, parse
+from envace_gym.cli.common import BackendArgs, RunArgs, SamplingArgs, adjust_parser, flag_dests
+from envace_gym.cli.sft import SFTArgs, SFTEnvArgs
+from envace_gym.suites import load_suite
 
 
 def run(capsys, *argv):
@@ -112,3 +122,193 @@ def test_eval_with_imagined_backends_reports_metrics(capsys):
         assert code == 0 and summary["backend"] == backend and summary["episodes"] == 2 and "valid_call_rate" in summary
     code, _, err = run(capsys, "eval", "--suite", "builtin/bank", "--policy", "oracle", "--backend", "self-inline")
     assert code == 2 and "needs an LM policy" in err
+
+
+# ------------------------------------------------------------------------ configs drive the flags
+def fields_of(*dtypes):
+    return {f.name for dtype in dtypes for f in dataclasses.fields(dtype)}
+
+
+@pytest.mark.parametrize("command", ["list", "eval", "sft", "fidelity", "demo"])
+def test_every_flag_is_a_config_field_and_every_field_a_flag(command):
+    parser = command_parser(command)
+    dests = flag_dests(parser)
+    configs = command_module(command).CONFIGS
+    assert set(dests.values()) == fields_of(*configs)
+    for action in parser._actions:
+        assert action.dest == "help" or (action.help or "").strip(), f"--{action.dest} has no help text"
+    for name in fields_of(*configs):  # both spellings: --max-new-tokens and --max_new_tokens
+        assert dests[f"--{name}"] == name and dests[f"--{name.replace('_', '-')}"] == name
+
+
+def test_sft_and_demo_flags_are_their_config_fields():
+    sft_dests = set(flag_dests(command_parser("sft")).values())
+    assert fields_of(SFTConfig) <= sft_dests  # every training-run setting is a flag...
+    shared = fields_of(SFTEnvArgs, BackendArgs, SFTArgs, RunArgs, SamplingArgs)
+    assert sft_dests == fields_of(SFTConfig) | shared  # ...and nothing else than the shared and CLI-only ones
+    assert fields_of(SFTArgs) == {"out", "policy", "roles"}
+    assert set(flag_dests(command_parser("demo")).values()) == fields_of(DemoConfig)  # exactly DemoConfig
+
+
+def test_flag_values_reach_the_configs_without_running():
+    module, configs = parse(
+        ["sft", "--out", "o", "--lr", "0.001", "--minutes", "2", "--seed", "7", "--lora", "--no-shared-head"]
+    )
+    env, backend, args, cfg, run_args, sampling = configs
+    assert module.__name__ == "envace_gym.cli.sft" and isinstance(cfg, SFTConfig)
+    assert (cfg.lr, cfg.minutes, cfg.steps, cfg.lora, cfg.shared_head, cfg.bf16) == (
+        0.001,
+        2.0,
+        None,
+        True,
+        False,
+        "auto",
+    )
+    assert cfg.seed == run_args.seed == 7  # one --seed fills both dataclasses that have the field
+    assert (args.out, args.policy, args.role_list, env.split, backend.backend) == (
+        "o",
+        "default",
+        ["actor"],
+        "train",
+        "real",
+    )
+    assert cfg == SFTConfig(lr=0.001, minutes=2, seed=7, lora=True, shared_head=False)  # the rest: SFTConfig's defaults
+    _, (_, _, args, cfg, _, _) = parse(
+        ["sft", "--out", "o", "--steps", "3", "--bf16", "false", "--roles", "actor,env_role"]
+    )
+    assert (cfg.steps, cfg.bf16, args.role_list) == (3, False, ["actor", "env_role"])
+
+    _, (demo,) = parse(["demo", "--episodes", "4", "--minutes", "0.5", "--batch-size", "2", "--out", "elsewhere"])
+    assert demo == DemoConfig(episodes=4, minutes=0.5, batch_size=2, out_root="elsewhere")
+    _, (demo,) = parse(["demo"])
+    assert demo == DemoConfig() and demo.out_root == "runs"
+
+
+def test_command_defaults_and_shared_flags():
+    _, (env, backend, args, run_args, sampling) = parse(["eval"])
+    assert (env.env, env.split, env.max_turns, backend.backend, args.policy, args.episodes, args.batch_size) == (
+        "EnvACE-ToolCall-v0",
+        "test",
+        None,
+        "real",
+        "oracle",
+        None,
+        8,
+    )
+    assert (run_args.seed, run_args.json, run_args.no_progress, sampling.max_new_tokens) == (0, False, False, 96)
+    _, (env, backend, args, run_args, sampling) = parse(
+        [
+            "eval",
+            "--max-turns",
+            "3",
+            "--top-p",
+            "0.5",
+            "--max-new-tokens",
+            "7",
+            "--json",
+            "--no-progress",
+            "--backend",
+            "replay:x.jsonl",
+        ]
+    )
+    assert (env.max_turns, sampling.top_p, sampling.max_new_tokens, run_args.json, run_args.no_progress) == (
+        3,
+        0.5,
+        7,
+        True,
+        True,
+    )
+    assert backend.spec == BackendSpec("replay", "x.jsonl")
+    _, (_, _, _, run_args, _) = parse(["eval", "--json", "false"])
+    assert run_args.json is False
+    _, (env, args, run_args, sampling) = parse(["fidelity"])
+    assert (args.policy, args.episodes, args.grounding, args.backend_list, sampling.max_new_tokens) == (
+        "default",
+        20,
+        "reference",
+        ["self", "self-inline"],
+        160,
+    )
+    _, (_, args, _, _) = parse(["fidelity", "--simulator", "tiny", "--grounding", "none"])
+    assert args.backend_list == ["self", "self-inline", "simulator"] and args.grounding == "none"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["eval", "--backend", "bogus"], "unknown backend 'bogus'"),
+        (["eval", "--backend", "replay:"], "needs a target"),
+        (["eval", "--episodes", "0"], "--episodes must be >= 1"),
+        (["eval", "--top-p", "0"], "--top-p"),
+        (["eval", "--max-turns", "0"], "--max-turns"),
+        (["sft", "--out", "o", "--policy", "tiny"], "give steps or minutes"),
+        (["sft", "--out", "o", "--steps", "0"], "--steps"),
+        (["sft", "--out", "o", "--steps", "1", "--roles", "actor,critic"], "--roles"),
+        (["sft", "--out", "o", "--steps", "1", "--bf16", "maybe"], "--bf16"),
+        (["sft", "--out", "o", "--steps", "1", "--policy", "oracle"], "not a language model"),
+        (["sft", "--out", "o", "--steps", "1", "--backend", "self"], "--backend must be real"),
+        (["demo", "--episodes", "0"], "--episodes"),
+        (["demo", "--minutes", "-1"], "--minutes"),
+        (["fidelity", "--backends", "self,real"], "--backends"),
+        (["fidelity", "--episodes", "0"], "--episodes"),
+    ],
+)
+def test_bad_values_exit_2_with_one_line(capsys, argv, says):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and err.startswith("envace: error:") and err.count("\n") == 1 and says in err, err
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["eval", "--bogus"], "unrecognized arguments: --bogus"),
+        (["eval", "--episodes", "many"], "invalid int value"),
+        (["fidelity", "--grounding", "some"], "invalid choice"),
+        (["sft", "--steps", "2"], "required: --out"),
+        (["train"], "invalid choice"),
+    ],
+)
+def test_bad_flags_exit_2_with_argparses_message(capsys, argv, says):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_help_documents_every_config_field(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["sft", "--help"])
+    text = capsys.readouterr().out
+    assert exc.value.code == 0
+    for f in dataclasses.fields(SFTConfig):
+        assert f"--{f.name.replace('_', '-')}" in text and f.metadata["help"].split()[0] in text
+    assert "(default: 5e-05)" in text and "--no-shared-head" in text
+
+
+def test_a_field_in_two_dataclasses_needs_one_default():
+    @dataclasses.dataclass
+    class A:
+        seed: int = dataclasses.field(default=0, metadata={"help": "a"})
+
+    @dataclasses.dataclass
+    class B:
+        seed: int = dataclasses.field(default=1, metadata={"help": "b"})
+
+    with pytest.raises(TypeError, match="seed"):
+        adjust_parser(HfArgumentParser([A, B], conflict_handler="resolve"))
+
+
+def test_eval_oracle_five_episodes(capsys):
+    code, out, _ = run(capsys, "eval", "--policy", "oracle", "--suite", "builtin/bank", "--episodes", "5", "--json")
+    summary = json.loads(out)
+    assert code == 0 and summary["success_rate"] == 1.0 and summary["episodes"] == 5
+
+
+def test_lm_eval_walks_the_suites_seeded_episode_order(capsys, tmp_path):
+    argv = ["eval", "--suite", "builtin", "--policy", "tiny", "--episodes", "6", "--seed", "3"]
+    argv += ["--max-new-tokens", "4", "--max-turns", "1", "--batch-size", "2", "--json", "--no-progress"]
+    code, out, _ = run(capsys, *argv, "--out", str(tmp_path))
+    assert code == 0 and json.loads(out)["episodes"] == 6
+    ran = [json.loads(line)["task_id"] for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    expected = [t.id for t in load_suite("builtin").filter(split="test").episode_order(6, seed=3)]
+    assert ran == expected and len({t.split("-")[0] for t in ran}) > 1  # seeded and balanced across domains

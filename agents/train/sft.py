@@ -12,7 +12,7 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +31,54 @@ __all__ = ["SFTConfig", "SFTExample", "build_sft_examples", "train_sft"]
 
 @dataclass
 class SFTConfig:
-    """Settings of ``envace sft`` (TRL-style: one flat, documented dataclass)."""
+    """Settings of ``envace sft`` (TRL-style: one flat, documented dataclass; each field is a flag)."""
 
-    steps: int | None = None  # optimizer steps; with `minutes`, whichever comes first
-    minutes: float | None = None  # wall-clock budget for training
-    lr: float = 5e-5
-    batch_size: int = 4
-    max_tokens: int = 1024  # longer examples are cut (actor: the end goes; env role: the middle goes)
-    warmup_steps: int = 5
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    lora: bool = False
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    seed: int = 0
-    max_examples: int | None = None  # train tasks to use (default: all of the split)
-    bf16: bool | str = "auto"  # bfloat16 autocast (float32 master weights); "auto": where the CPU has it
-    shared_head: bool = True  # encode the system+tools prefix once per batch, without gradient
+    steps: int | None = field(default=None, metadata={"help": "optimizer steps; with --minutes, whichever ends first"})
+    minutes: float | None = field(default=None, metadata={"help": "wall-clock budget for training, in minutes"})
+    lr: float = field(default=5e-5, metadata={"help": "AdamW learning rate"})
+    batch_size: int = field(default=4, metadata={"help": "examples per optimizer step"})
+    max_tokens: int = field(
+        default=1024, metadata={"help": "longer examples are cut (actor: the end goes; env role: the middle goes)"}
+    )
+    warmup_steps: int = field(default=5, metadata={"help": "linear learning-rate warm-up steps"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    grad_clip: float = field(default=1.0, metadata={"help": "gradient-norm clipping"})
+    lora: bool = field(default=False, metadata={"help": "train LoRA adapters (merged into the checkpoint)"})
+    lora_rank: int = field(default=16, metadata={"help": "LoRA rank (with --lora)"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (with --lora)"})
+    seed: int = field(default=0, metadata={"help": "seed of the example order and the initialisation"})
+    max_examples: int | None = field(default=None, metadata={"help": "train tasks to use; default: all of the split"})
+    bf16: bool | str = field(
+        default="auto",
+        metadata={"help": "bfloat16 autocast (float32 master weights): true, false or auto (where the CPU has it)"},
+    )
+    shared_head: bool = field(
+        default=True, metadata={"help": "encode the system+tools prefix once per batch, without gradient"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.steps is None and self.minutes is None:
+            raise ValueError("give steps or minutes (envace sft --steps N or --minutes M)")
+        checks = {
+            "steps": (self.steps is None or self.steps >= 1, ">= 1"),
+            "minutes": (self.minutes is None or self.minutes > 0, "> 0"),
+            "lr": (self.lr > 0, "> 0"),
+            "batch_size": (self.batch_size >= 1, ">= 1"),
+            "max_tokens": (self.max_tokens >= 1, ">= 1"),
+            "warmup_steps": (self.warmup_steps >= 0, ">= 0"),
+            "weight_decay": (self.weight_decay >= 0, ">= 0"),
+            "grad_clip": (self.grad_clip > 0, "> 0"),
+            "lora_rank": (self.lora_rank >= 1, ">= 1"),
+            "lora_alpha": (self.lora_alpha >= 1, ">= 1"),
+            "max_examples": (self.max_examples is None or self.max_examples >= 1, ">= 1"),
+        }
+        for name, (ok, rule) in checks.items():
+            if not ok:
+                raise ValueError(
+                    f"SFTConfig.{name} (--{name.replace('_', '-')}) must be {rule}, got {getattr(self, name)}"
+                )
+        if self.bf16 not in (True, False, "auto"):
+            raise ValueError(f"SFTConfig.bf16 (--bf16) must be true, false or auto, got {self.bf16!r}")
 
 
 @dataclass
@@ -200,8 +231,8 @@ def actor_token_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor
             cache = DynamicCache()
             decoder(input_ids=batch["head_ids"], use_cache=True, **{cache_kwarg(decoder): cache})
         layers = [
-            (l.keys.expand(rows, -1, -1, -1).contiguous(), l.values.expand(rows, -1, -1, -1).contiguous())
-            for l in cache.layers
+            (layer.keys.expand(rows, -1, -1, -1).contiguous(), layer.values.expand(rows, -1, -1, -1).contiguous())
+            for layer in cache.layers
         ]
         width = batch["input_ids"].shape[1]
         kwargs = {

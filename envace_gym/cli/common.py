@@ -1,0 +1,269 @@
+"""What the commands share: the flags declared once (as dataclasses) and the helpers that act on them.
+
+``EnvArgs`` (which env and tasks), ``BackendArgs`` (who answers tool calls), ``RunArgs`` (seed, output) and
+``SamplingArgs`` (how an LM policy samples) are each declared here once; a command lists the ones it takes
+in its ``CONFIGS``. Every field carries its help text in ``metadata["help"]`` and its checks in
+``__post_init__`` (a ``ValueError`` with a one-line message, reported as ``envace: error: ...``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from argparse import SUPPRESS, ArgumentParser, Namespace, _StoreFalseAction
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints
+
+import gymnasium as gym
+from transformers import HfArgumentParser
+from transformers.hf_argparser import string_to_bool
+
+from ..backends.spec import IMAGINED_KINDS, BackendSpec, parse_backend_spec
+
+__all__ = [
+    "BackendArgs",
+    "EnvArgs",
+    "RunArgs",
+    "SamplingArgs",
+    "UserError",
+    "adjust_parser",
+    "check_lm_policy",
+    "configs_from_namespace",
+    "env_ids",
+    "is_lm_policy",
+    "load_lm",
+    "make_env",
+    "make_imaginer",
+]
+
+LM_POLICIES = ("default", "tiny")
+LM_POLICY_KINDS = ("ckpt", "hf", "gguf")
+LM_POLICY_USAGE = "default | tiny | ckpt:DIR | hf:PATH | gguf:PATH"
+
+
+class UserError(Exception):
+    """A mistake in the command line or its inputs: reported as one line, exit status 2."""
+
+
+def env_ids() -> list[str]:
+    import envace_gym  # noqa: F401  (registers the envs)
+
+    return sorted(k for k in gym.registry if k.startswith("EnvACE-"))
+
+
+def is_lm_policy(spec: str) -> bool:
+    return spec in LM_POLICIES or spec.partition(":")[0] in LM_POLICY_KINDS
+
+
+def check_lm_policy(spec: str, flag: str = "--policy") -> None:
+    if not is_lm_policy(spec):
+        raise ValueError(f"{flag} {spec!r} is not a language model; use {LM_POLICY_USAGE}")
+
+
+def _positive(obj: Any, *names: str, allow_none: bool = False, strict: bool = True) -> None:
+    """Check that each named field is > 0 (``strict``) or >= 0; ``None`` passes where ``allow_none``."""
+    for name in names:
+        value = getattr(obj, name)
+        if value is None and allow_none:
+            continue
+        if value is None or (value <= 0 if strict else value < 0):
+            raise ValueError(f"--{name.replace('_', '-')} must be {'> 0' if strict else '>= 0'}, got {value}")
+
+
+# ------------------------------------------------------------------------------------------ shared flags
+@dataclass
+class EnvArgs:
+    """Which env and which of its tasks."""
+
+    _argument_group_name = "env"
+
+    env: str = field(default="EnvACE-ToolCall-v0", metadata={"help": "a registered env id (see `envace list`)"})
+    suite: str | None = field(
+        default=None, metadata={"help": "suite name (see `envace list`) or a .jsonl task file; default: the env's"}
+    )
+    split: str = field(default="test", metadata={"help": "task split to draw from"})
+    category: str | None = field(
+        default=None, metadata={"help": "BFCL category for --env EnvACE-BFCL-v0 (e.g. multi_turn_base)"}
+    )
+    domain: str | None = field(
+        default=None, metadata={"help": "tau2 domain for --env EnvACE-Tau2-v0 (airline, retail, telecom, mock)"}
+    )
+    max_turns: int | None = field(
+        default=None, metadata={"help": "assistant messages per episode before truncation; default: the env's"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.env not in env_ids():
+            raise ValueError(f"unknown env id {self.env!r}; available: {', '.join(env_ids())}")
+        if not self.split:
+            raise ValueError("--split must not be empty")
+        _positive(self, "max_turns", allow_none=True)
+
+
+@dataclass
+class BackendArgs:
+    """Who answers the tool calls."""
+
+    _argument_group_name = "backend"
+
+    backend: str = field(
+        default="real",
+        metadata={
+            "help": "real | self (the LM policy imagines results from a simulator prompt) | self-inline (it writes "
+            "them inside its own context) | simulator (a separate model does) | replay:PATH | cache:PATH | "
+            "mcp:COMMAND | mcp:URL"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        parse_backend_spec(self.backend)  # a ValueError with a one-line message
+
+    @property
+    def spec(self) -> BackendSpec:
+        return parse_backend_spec(self.backend)
+
+
+@dataclass
+class RunArgs:
+    """Seed and output."""
+
+    _argument_group_name = "run"
+
+    seed: int = field(default=0, metadata={"help": "seed of the task order, the policy and sampling"})
+    json: bool = field(default=False, metadata={"help": "print one JSON object on stdout"})
+    no_progress: bool = field(default=False, metadata={"help": "hide progress bars"})
+
+    @property
+    def progress(self) -> bool:
+        return not self.no_progress
+
+
+@dataclass
+class SamplingArgs:
+    """How an LM policy samples (ignored by scripted policies)."""
+
+    _argument_group_name = "LM sampling"
+
+    temperature: float = field(default=0.0, metadata={"help": "LM sampling temperature (0 = greedy)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling: the probability mass drawn from"})
+    max_new_tokens: int = field(default=96, metadata={"help": "tokens generated per LM turn at most"})
+
+    def __post_init__(self) -> None:
+        _positive(self, "temperature", strict=False)
+        _positive(self, "max_new_tokens")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+
+    def config(self, seed: int):
+        from envace_gym.agents.lm.engine import SamplingConfig
+
+        return SamplingConfig(
+            temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens, seed=seed
+        )
+
+
+# ------------------------------------------------------------------------------------- dataclass <-> flags
+def _bool_or_str(value: str) -> bool | str:
+    """For ``bool | str`` fields (``SFTConfig.bf16 = "auto"``): yes/no-like words are booleans, others stay text."""
+    try:
+        return string_to_bool(value)
+    except Exception:
+        return value
+
+
+def adjust_parser(parser: HfArgumentParser) -> HfArgumentParser:
+    """Fix up a parser built by ``HfArgumentParser(dtypes, conflict_handler="resolve")``.
+
+    ``HfArgumentParser`` names a field ``--name`` and, with underscores, ``--na-me`` too; a bool is ``--flag``
+    (no value: true; or ``--flag false``) and a True default adds ``--no-flag``; ``metadata`` goes to
+    ``add_argument`` (``help``, ``aliases``). Some of its behaviours are adjusted:
+
+    * a field in two dataclasses (``seed`` in ``RunArgs`` and ``SFTConfig``) would be two conflicting flags;
+      with "resolve" the last one stays, and :func:`configs_from_namespace` gives its value to every dataclass
+      that has the field (``parse_args_into_dataclasses`` would delete it after the first). Such fields must
+      have the same default, checked here;
+    * a ``bool | str`` field is parsed as a bool, whose converter rejects a text default ("auto") even when
+      the flag is absent: it gets a converter that keeps other words as text (the dataclass checks them);
+    * help and usage list the dashed spelling first and no "(default: ...)" for required flags and the
+      ``--no-flag`` twins.
+    """
+    seen: dict[str, Any] = {}
+    text_bools = set()
+    for dtype in parser.dataclass_types:
+        for f in dataclasses.fields(dtype):
+            if f.name in seen and seen[f.name] != f.default:
+                raise TypeError(f"field {f.name!r} has two defaults: {seen[f.name]!r} and {f.default!r}")
+            seen[f.name] = f.default
+        hints = get_type_hints(dtype)
+        text_bools |= {name for name, hint in hints.items() if getattr(hint, "__args__", None) == (bool, str)}
+    for action in parser._actions:
+        if action.dest in text_bools and action.type is string_to_bool:
+            action.type = _bool_or_str
+        # Usage and help show the README's spelling first (--max-turns; --max_turns works too).
+        action.option_strings.sort(key=lambda opt: "_" in opt)
+        if action.required:
+            action.default = SUPPRESS  # not "(default: None)" in --help
+        elif isinstance(action, _StoreFalseAction):  # the --no-flag twin of a bool that defaults to true
+            action.default = SUPPRESS
+            action.help = f"the same as {action.option_strings[0].replace('--no-', '--', 1)} false"
+    return parser
+
+
+def configs_from_namespace(dtypes: tuple[type, ...], ns: Namespace) -> tuple[Any, ...]:
+    """One instance of each of ``dtypes`` from the parsed flags (a shared field goes to each that has it);
+    their ``__post_init__`` checks raise ``ValueError``."""
+    values = vars(ns)
+    return tuple(
+        dtype(**{f.name: values[f.name] for f in dataclasses.fields(dtype) if f.init and f.name in values})
+        for dtype in dtypes
+    )
+
+
+def flag_dests(parser: ArgumentParser) -> dict[str, str]:
+    """``{option string: field name}`` for every flag of ``parser`` except ``--help``."""
+    return {opt: a.dest for a in parser._actions if a.dest != "help" for opt in a.option_strings}
+
+
+# ------------------------------------------------------------------------------------------ env and models
+def make_env(env_args: EnvArgs, backend: BackendSpec | None = None, imaginer: Any = None) -> gym.Env:
+    """The env of ``env_args``; with an imagined backend, wrapped so that ``imaginer`` answers tool calls."""
+    backend = backend or BackendSpec("real")
+    kwargs: dict[str, Any] = {"split": env_args.split, "backend": "real" if backend.imagined else str(backend)}
+    if env_args.suite:
+        kwargs["suite"] = env_args.suite
+    for name in ("category", "domain"):  # EnvACE-BFCL-v0 category=..., EnvACE-Tau2-v0 domain=...
+        if getattr(env_args, name):
+            kwargs[name] = getattr(env_args, name)
+    if env_args.max_turns:
+        kwargs["max_turns"] = env_args.max_turns
+    env = gym.make(env_args.env, **kwargs)
+    if backend.imagined:
+        from ..rehearsal import SelfRehearsalEnv
+
+        env = SelfRehearsalEnv(env, imaginer, mode="inline" if backend.kind == "self-inline" else "prompted")
+    return env
+
+
+def load_lm(spec: str, sampling: SamplingArgs, seed: int):
+    from envace_gym.agents.lm.models import ModelLoadError
+    from envace_gym.agents.lm.policy import LMPolicy
+
+    try:
+        return LMPolicy.from_spec(spec, sampling=sampling.config(seed))
+    except ModelLoadError as exc:
+        raise UserError(str(exc)) from None
+
+
+def make_imaginer(backend: BackendSpec, actor: Any, simulator: str, sampling: SamplingArgs, seed: int) -> Any:
+    """Who imagines tool results: the actor itself (``self``, ``self-inline``) or a separate frozen model
+    (``simulator``); ``None`` for the backends an env builds itself."""
+    if backend.kind in ("self", "self-inline"):
+        if actor is None:
+            raise UserError(
+                f"--backend {backend} needs an LM policy (it imagines its own tool results); "
+                "for a scripted actor use --backend simulator --simulator SPEC"
+            )
+        return actor
+    if backend.kind == "simulator":
+        return load_lm(simulator, sampling, seed)
+    assert backend.kind not in IMAGINED_KINDS
+    return None
