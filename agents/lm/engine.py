@@ -139,9 +139,13 @@ class HFEngine:
         prefix_lens = list(prefix_lens) if prefix_lens is not None else [0] * len(prompts)
         if generator is None and sampling.seed is not None:
             generator = torch.Generator(device="cpu").manual_seed(sampling.seed)
-        reused = [self._reusable(k, p) or self._prefix(p, n) for k, p, n in zip(keys, prompts, prefix_lens)]
+        reused = [
+            self._reusable(k, p) or self._prefix(p, n) for k, p, n in zip(keys, prompts, prefix_lens, strict=True)
+        ]
         batch = _Batch.build(prompts, reused, self.pad_id, self.device)
-        self.stats["prompt_tokens"] += sum(len(p) - (len(r.ids) if r else 0) for p, r in zip(prompts, reused))
+        self.stats["prompt_tokens"] += sum(
+            len(p) - (len(r.ids) if r else 0) for p, r in zip(prompts, reused, strict=True)
+        )
         self.stats["reused_tokens"] += sum(len(r.ids) for r in reused if r)
 
         past = batch.cache  # a DynamicCache, grown in place by every forward pass
@@ -273,12 +277,12 @@ class _Batch:
 
         n = len(prompts)
         cached = [len(r.ids) if r else 0 for r in reused]
-        new = [list(p[c:]) for p, c in zip(prompts, cached)]
+        new = [list(p[c:]) for p, c in zip(prompts, cached, strict=True)]
         lc, s = max(cached), max(len(x) for x in new)
         input_ids = torch.full((n, s), pad_id, dtype=torch.long)
         positions = torch.ones((n, s), dtype=torch.long)
         mask = torch.zeros((n, lc + s), dtype=torch.long)
-        for i, (c, toks) in enumerate(zip(cached, new)):
+        for i, (c, toks) in enumerate(zip(cached, new, strict=True)):
             mask[i, lc - c : lc] = 1
             mask[i, lc + s - len(toks) :] = 1
             input_ids[i, s - len(toks) :] = torch.tensor(toks, dtype=torch.long)
@@ -289,7 +293,7 @@ class _Batch:
             layers = []
             for li, (k0, v0) in enumerate(template.layers):
                 ks, vs = [], []
-                for r, c in zip(reused, cached):
+                for r, c in zip(reused, cached, strict=True):
                     pad = lc - c
                     k = r.layers[li][0] if r else k0.new_zeros((1, k0.shape[1], 0, k0.shape[3]))
                     v = r.layers[li][1] if r else v0.new_zeros((1, v0.shape[1], 0, v0.shape[3]))
@@ -300,7 +304,7 @@ class _Batch:
                     vs.append(v)
                 layers.append((torch.cat(ks).to(device), torch.cat(vs).to(device)))
             cache = DynamicCache(ddp_cache_data=layers)
-        next_positions = torch.tensor([c + len(t) for c, t in zip(cached, new)], dtype=torch.long)
+        next_positions = torch.tensor([c + len(t) for c, t in zip(cached, new, strict=True)], dtype=torch.long)
         return cls(input_ids.to(device), mask.to(device), positions.to(device), next_positions.to(device), cache)
 
 
@@ -369,7 +373,7 @@ class VLLMEngine:  # pragma: no cover - needs a GPU and vllm; never required by 
         )
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
         results = []
-        for p, o in zip(prompts, outs):
+        for p, o in zip(prompts, outs, strict=True):
             c = o.outputs[0]
             ids = list(c.token_ids)
             lps = [next(iter(d.values())).logprob for d in (c.logprobs or [])]

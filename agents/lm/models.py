@@ -110,7 +110,8 @@ def _load_transformers(path: str, **kwargs: Any):
 def load_model_and_tokenizer(spec: str, progress: bool = True):
     """Resolve a policy spec to ``(model, tokenizer)``.
 
-    Specs: ``default`` (the embedded SmolLM2), ``tiny`` (:func:`tiny_model`), ``ckpt:DIR`` (a checkpoint written by ``envace sft``),
+    Specs: ``default`` (the embedded SmolLM2), ``tiny`` (:func:`tiny_model`), ``ckpt:DIR`` (a checkpoint written
+    by ``envace sft``),
     ``hf:PATH_OR_ID`` (a local directory, or a hub id already in the local cache), ``gguf:PATH``, or a
     bare path to a directory or ``.gguf`` file.
     """

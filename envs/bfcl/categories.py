@@ -28,7 +28,7 @@ UNSUPPORTED = {
     "format_sensitivity": "varies BFCL's prompt and output formats, which this env fixes (its own call format)",
 }
 
-#: The reward basis of every BFCL task: scored by BFCL's own checkers (the ``bfcl`` basis, ``envs/bfcl/env.py::bfcl_basis``).
+#: The reward basis of every BFCL task: scored by BFCL's own checkers (``envs/bfcl/env.py::bfcl_basis``).
 REWARD_BASIS = "bfcl"
 
 
