@@ -26,6 +26,10 @@ __all__ = [
 
 
 class TextPolicy(Protocol):
+    """A policy over text. It keeps per-episode state, so the episode loop
+    (:func:`~envace_gym.agents.rollout.loop.collect`) takes one per env: ``collect([env], policy, ...)`` or
+    ``collect(envs, [OraclePolicy(suite) for _ in envs], ...)``."""
+
     def reset(self) -> None: ...
 
     def act(self, observation: str, info: dict[str, Any]) -> str: ...

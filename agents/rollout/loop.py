@@ -416,7 +416,7 @@ def collect(
             outcomes = _step_all(active, actions, pool)
             still = []
             for slot, (obs, reward, terminated, truncated, info) in zip(active, outcomes, strict=True):
-                spliced = lm is not None
+                spliced = lm is not None  # inline answers continue an LM actor's token stream (text policies have none)
                 for sample in info.get("rehearsal", []):
                     slot.samples.append(sample)
                     if sample.mode == "inline" and sample.valid and spliced:
