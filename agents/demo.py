@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,11 +17,12 @@ from typing import Any
 
 import gymnasium as gym
 
-from envace_gym.agents.eval.evaluate import EvalReport
+from envace_gym.agents.eval.evaluate import evaluate
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
-from envace_gym.agents.rollout import Trajectory, collect, save_trajectories
+from envace_gym.agents.rollout import Trajectory, save_trajectories
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
+from envace_gym.transcript import render_transcript
 
 __all__ = ["DemoConfig", "run_demo"]
 
@@ -71,12 +71,12 @@ def _make_envs(cfg: DemoConfig, split: str, n: int) -> list[gym.Env]:
     return [gym.make("EnvACE-ToolCall-v0", split=split, max_turns=cfg.max_turns) for _ in range(n)]
 
 
-def _evaluate(
-    policy: LMPolicy, cfg: DemoConfig, task_ids: list[str], desc: str
-) -> tuple[list[Trajectory], dict[str, Any]]:
-    envs = _make_envs(cfg, "test", min(cfg.batch_size, len(task_ids)))
-    trajs = collect(envs, policy, len(task_ids), task_ids=task_ids, seed=cfg.seed, desc=desc)
-    summary = EvalReport([t.to_result() for t in trajs]).summary()
+def _evaluate(policy: LMPolicy, cfg: DemoConfig, desc: str) -> tuple[list[Trajectory], dict[str, Any]]:
+    """The same ``cfg.episodes`` test tasks every time (the pool's seeded evaluation order)."""
+    envs = _make_envs(cfg, "test", min(cfg.batch_size, cfg.episodes))
+    report = evaluate(envs, policy, cfg.episodes, seed=cfg.seed, desc=desc)
+    trajs = report.trajectories
+    summary = report.summary()
     summary["calls_per_episode"] = sum(t.calls_ok + t.calls_failed for t in trajs) / max(1, len(trajs))
     return trajs, summary
 
@@ -140,16 +140,11 @@ def _plot(path: Path, before: dict[str, Any], after: dict[str, Any], sft_metrics
 
 
 def _transcript(traj: Trajectory) -> str:
-    lines = [
-        f"# Episode {traj.task_id} ({traj.domain})",
-        "",
-        f"reward {traj.reward:.2f}, components {traj.components}, turns {traj.turns}",
-        "",
-    ]
-    for msg in traj.messages:
-        role = msg["role"] if msg["role"] != "tool" else f"tool `{msg.get('name', '')}`"
-        lines += [f"**{role}**", "", "```", msg.get("content", ""), "```", ""]
-    return "\n".join(lines)
+    header = (
+        f"# Episode {traj.task_id} ({traj.domain})\n\n"
+        f"reward {traj.reward:.2f}, components {traj.components}, turns {traj.turns}\n\n"
+    )
+    return header + render_transcript(traj.messages, markdown=True)
 
 
 def run_demo(cfg: DemoConfig) -> Path:
@@ -167,12 +162,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     )
     policy = LMPolicy.from_spec(cfg.policy, sampling=sampling)
 
-    test_pool = _make_envs(cfg, "test", 1)[0].unwrapped.pool
-    # The mix is interleaved by domain, so a prefix is balanced across domains; shuffle within it.
-    task_ids = [t.id for t in test_pool[: cfg.episodes]]
-    random.Random(cfg.seed).shuffle(task_ids)
-
-    before_trajs, before = _evaluate(policy, cfg, task_ids, "zero-shot eval")
+    before_trajs, before = _evaluate(policy, cfg, "zero-shot eval")
     save_trajectories(before_trajs, run_dir / "trajectories_before.jsonl")
 
     train_env = _make_envs(cfg, "train", 1)[0]
@@ -180,7 +170,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     sft_cfg = SFTConfig(minutes=cfg.minutes, lr=cfg.lr, seed=cfg.seed)
     sft_summary = train_sft(policy, examples, sft_cfg, run_dir / "checkpoint")
 
-    after_trajs, after = _evaluate(policy, cfg, task_ids, "warm-started eval")
+    after_trajs, after = _evaluate(policy, cfg, "warm-started eval")
     save_trajectories(after_trajs, run_dir / "trajectories_after.jsonl")
 
     metrics = {

@@ -10,6 +10,7 @@ import json
 import random
 from typing import Any, Protocol
 
+from envace_gym.agents.rollout.loop import collect
 from envace_gym.calls import ToolCall, format_calls
 from envace_gym.tasks import Task, TaskSuite
 
@@ -25,6 +26,10 @@ __all__ = [
 
 
 class TextPolicy(Protocol):
+    """A policy over text. It keeps per-episode state, so the episode loop
+    (:func:`~envace_gym.agents.rollout.loop.collect`) takes one per env: ``collect([env], policy, ...)`` or
+    ``collect(envs, [OraclePolicy(suite) for _ in envs], ...)``."""
+
     def reset(self) -> None: ...
 
     def act(self, observation: str, info: dict[str, Any]) -> str: ...
@@ -126,14 +131,13 @@ class RandomPolicy:
 
 
 def play_episode(env: Any, policy: TextPolicy, task_id: str) -> dict[str, Any]:
-    """Play one whole episode of ``task_id``; returns the last ``info`` (with the full ``messages``)."""
-    policy.reset()
-    obs, info = env.reset(options={"task_id": task_id})
-    done = False
-    while not done:
-        obs, _, terminated, truncated, info = env.step(policy.act(obs, info))
-        done = terminated or truncated
-    return info
+    """Play one whole episode of ``task_id`` through the episode loop (:func:`~.rollout.loop.collect`, with an
+    unseeded reset); returns the episode's last ``info`` (with the full ``messages`` and the ``tools``)."""
+    last: dict[str, Any] = {}
+    collect(
+        [env], policy, 1, task_ids=[task_id], seed=None, progress=False, on_episode=lambda _, info: last.update(info)
+    )
+    return last
 
 
 SCRIPTED_POLICIES = ("oracle", "random", "noop")

@@ -5,6 +5,7 @@ is scripted, so that a tiny random model can play the oracle's actor turns and t
 env-role answers. That makes the token bookkeeping checkable exactly.
 """
 
+import itertools
 import json
 
 import gymnasium as gym
@@ -68,10 +69,10 @@ def test_inline_adds_exactly_the_result_tokens_and_reuses_the_actor_cache(monkey
     assert [s.mode for s in traj.env_role_samples] == ["inline"] * len(results)
     assert all(s.valid for s in traj.env_role_samples)
     # The env-role tokens in the actor's stream are exactly the sampled result tokens (+ end of turn).
-    env_ids = [i for i, r in zip(traj.token_ids, traj.roles) if r == "env_role"]
+    env_ids = [i for i, r in zip(traj.token_ids, traj.roles, strict=True) if r == "env_role"]
     assert env_ids == [t for s in traj.env_role_samples for t in s.completion_ids]
     assert env_ids == [t for r in results for t in policy.chat.encode(r) + [forced.stop]]
-    env_lps = [lp for lp, r in zip(traj.logprobs, traj.roles) if r == "env_role"]
+    env_lps = [lp for lp, r in zip(traj.logprobs, traj.roles, strict=True) if r == "env_role"]
     assert env_lps == [lp for s in traj.env_role_samples for lp in s.logprobs] and all(lp < 0 for lp in env_lps)
     # Each env-role call encoded only the tool-message header (and the actor's end-of-turn token, sampled
     # but never fed back): the actor's KV cache was continued.
@@ -83,6 +84,38 @@ def test_inline_adds_exactly_the_result_tokens_and_reuses_the_actor_cache(monkey
         traj.messages, env.unwrapped.task.tools and list(env.unwrapped.task.tools), add_generation_prompt=False
     )
     assert policy.tokenizer.decode(traj.token_ids) == rendered.rstrip("\n")
+
+
+def test_the_inline_rule_env_role_tokens_are_actor_context_and_train_only_as_samples(monkeypatch):
+    """Trajectory's rule: spliced env_role tokens are the inline samples' completions, and the actor's loss
+    mask leaves them out, so training the actor on actor_mask() and the env role on env_role_samples
+    counts every generated token once."""
+    task = _parallel_task()
+    policy = tiny_policy(sampling=SamplingConfig(temperature=0.0, max_new_tokens=600, seed=0))
+    forced = ForcedTokens(policy, _oracle_script(task))
+    monkeypatch.setattr(engine_module, "_sample", forced.sample)
+    env = SelfRehearsalEnv(
+        gym.make("EnvACE-ToolCall-v0", suite=f"builtin/{task.domain}", split="test"), policy, mode="inline"
+    )
+    traj = collect([env], policy, 1, task_ids=[task.id], progress=False)[0]
+
+    samples = traj.env_role_samples
+    assert len(samples) >= 2 and all(s.mode == "inline" and s.valid for s in samples)
+    # Each run of env_role tokens in the stream is exactly one inline sample's completion, in order.
+    pairs = zip(traj.token_ids, traj.roles, strict=True)
+    runs = [[t for t, _ in run] for role, run in itertools.groupby(pairs, key=lambda p: p[1]) if role == "env_role"]
+    assert runs == [s.completion_ids for s in samples]
+    # Each sample's prompt is the stream up to where its completion was spliced: its own RL sample.
+    for s in samples:
+        start = len(s.prompt_ids)
+        assert traj.token_ids[:start] == s.prompt_ids and traj.token_ids[start : start + len(s.completion_ids)] == (
+            s.completion_ids
+        )
+    # The actor's loss mask excludes every env_role (and every non-actor) token.
+    mask = traj.actor_mask()
+    assert len(mask) == len(traj.token_ids) and mask == traj.mask("actor")
+    assert all(m == 0 for m, r in zip(mask, traj.roles, strict=True) if r == "env_role")
+    assert sum(mask) == traj.roles.count("actor") == traj.actor_tokens > 0
 
 
 def test_inline_real_result_imaginer_is_interchangeable_with_the_real_backend():
@@ -157,7 +190,7 @@ def test_env_role_warm_start_also_targets_tool_messages_in_inline_form():
         env, OraclePolicy(env.unwrapped.suite), next(t for t in env.unwrapped.pool if t.reference_calls).id
     )
     stream = encode_conversation(policy.chat, info["messages"], info["tools"], tool_results_role="env_role")
-    env_text = policy.tokenizer.decode([t for t, r in zip(stream.ids, stream.roles) if r == "env_role"])
+    env_text = policy.tokenizer.decode([t for t, r in zip(stream.ids, stream.roles, strict=True) if r == "env_role"])
     assert env_text == "".join(m["content"] + "<|im_end|>" for m in info["messages"] if m["role"] == "tool")
     assert policy.tokenizer.decode(stream.ids) == policy.chat.render(
         info["messages"], info["tools"], add_generation_prompt=False
@@ -166,7 +199,7 @@ def test_env_role_warm_start_also_targets_tool_messages_in_inline_form():
     examples = build_sft_examples(env, policy, max_examples=3, progress=False, roles=["env_role"])
     inline = [e for e in examples if "precise tool simulator" not in policy.tokenizer.decode(e.input_ids[: e.head])]
     assert inline, "env_role alone still trains the inline form"
-    target = policy.tokenizer.decode([t for t, m in zip(inline[0].input_ids, inline[0].loss_mask) if m])
+    target = policy.tokenizer.decode([t for t, m in zip(inline[0].input_ids, inline[0].loss_mask, strict=True) if m])
     suite = env.unwrapped.suite
     assert target == "".join(
         json.dumps(c.result, ensure_ascii=False) + "<|im_end|>" for c in suite.get(inline[0].task_id).reference_calls
@@ -185,7 +218,8 @@ def test_inline_hostile_result_is_data_not_a_call():
 
 
 QWEN_LIKE = (
-    "{% for m in messages %}{% if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
+    "{% for m in messages %}{% if m['role'] == 'tool' %}"
+    "<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
     "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )

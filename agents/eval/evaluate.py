@@ -1,43 +1,36 @@
-"""Episode evaluation: run a text policy on an env over a fixed, seeded set of tasks and summarise."""
+"""Episode evaluation: run a policy on envs over the seeded evaluation order of their tasks and summarise."""
 
 from __future__ import annotations
 
 import json
-import random
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-from tqdm.auto import tqdm
 
-from envace_gym.agents.scripted import TextPolicy
+from envace_gym.agents.rollout.loop import EpisodeResult, Trajectory, _as_env_list, collect
 
-__all__ = ["EpisodeResult", "EvalReport", "evaluate", "count_calls"]
+if TYPE_CHECKING:
+    from envace_gym.agents.lm.engine import SamplingConfig
+    from envace_gym.agents.lm.policy import LMPolicy
+    from envace_gym.agents.scripted import TextPolicy
 
-_INVALID_CODES = {"INVALID_TOOL_CALL_FORMAT", "TOOL_NOT_AVAILABLE", "INVALID_PARAMETERS"}
-
-
-@dataclass
-class EpisodeResult:
-    """One finished episode."""
-
-    task_id: str
-    domain: str
-    reward: float
-    success: bool
-    components: dict[str, float]
-    turns: int
-    truncated: bool
-    calls_ok: int  # well-formed calls to declared tools with schema-valid arguments
-    calls_failed: int  # malformed calls, unknown tools, schema violations
-    messages: list[dict[str, Any]] = field(repr=False, default_factory=list)
+__all__ = ["EpisodeResult", "EvalReport", "evaluate"]
 
 
 @dataclass
 class EvalReport:
+    """The episodes of an evaluation (``results``) and their trajectories (token-level for an LM policy)."""
+
     results: list[EpisodeResult]
+    trajectories: list[Trajectory] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def from_trajectories(cls, trajectories: Sequence[Trajectory]) -> EvalReport:
+        return cls([t.episode for t in trajectories], list(trajectories))
 
     def summary(self) -> dict[str, Any]:
         """``success_rate``, ``mean_reward``, ``valid_call_rate``, ``episodes`` and the same ``by_domain``."""
@@ -59,18 +52,6 @@ class EvalReport:
         return out
 
 
-def count_calls(info: dict[str, Any]) -> tuple[int, int]:
-    """(valid, invalid) call attempts in one step's ``info``.
-
-    A call is valid when it parses, names a declared tool and fits its schema; execution errors such as
-    "no such order" are the world's answer, not an invalid call.
-    """
-    results = info["tool_results"]
-    format_errors = len(info["errors"]) - sum(1 for r in results if not r["ok"])
-    invalid = sum(1 for e in info["errors"] if e["code"] in _INVALID_CODES)
-    return len(results) + format_errors - invalid, invalid
-
-
 def _stats(results: list[EpisodeResult]) -> dict[str, Any]:
     n = len(results)
     attempted = sum(r.calls_ok + r.calls_failed for r in results)
@@ -84,42 +65,24 @@ def _stats(results: list[EpisodeResult]) -> dict[str, Any]:
 
 
 def evaluate(
-    env: gym.Env,
-    policy: TextPolicy,
+    env: gym.Env | Sequence[gym.Env] | gym.vector.SyncVectorEnv,
+    policy: LMPolicy | TextPolicy | Sequence[TextPolicy],
     episodes: int,
     seed: int = 0,
     progress: bool = True,
     desc: str = "eval",
+    sampling: SamplingConfig | None = None,
 ) -> EvalReport:
-    """Run ``episodes`` episodes; tasks are the env's pool in a seed-shuffled order, without repeats
-    until every task has been used once."""
-    pool = env.unwrapped.pool
-    order = list(range(len(pool)))
-    random.Random(seed).shuffle(order)
-    results = []
-    for i in tqdm(range(episodes), desc=desc, disable=not progress, unit="ep"):
-        task = pool[order[i % len(order)]]
-        policy.reset()
-        obs, info = env.reset(seed=seed + i, options={"task_id": task.id})
-        ok = failed = 0
-        reward, terminated, truncated = 0.0, False, False
-        while not (terminated or truncated):
-            obs, reward, terminated, truncated, info = env.step(policy.act(obs, info))
-            step_ok, step_bad = count_calls(info)
-            ok += step_ok
-            failed += step_bad
-        results.append(
-            EpisodeResult(
-                task_id=task.id,
-                domain=task.domain,
-                reward=float(reward),
-                success=bool(info.get("success", False)),
-                components=info.get("reward_components", {}),
-                turns=info["turn"],
-                truncated=bool(truncated),
-                calls_ok=ok,
-                calls_failed=failed,
-                messages=info["messages"],
-            )
-        )
-    return EvalReport(results)
+    """Run ``episodes`` episodes of ``policy`` through :func:`~envace_gym.agents.rollout.loop.collect`.
+
+    Tasks come from the env's pool in its seeded evaluation order (``pool.episode_order(episodes, seed)``:
+    domains interleaved, each task once before any repeats); episode ``i`` resets with ``seed + i``.
+    ``env`` is one env or several stepped in lockstep (``policy`` as for ``collect``: an LM policy, or one
+    text policy per env).
+    """
+    envs = _as_env_list([env] if isinstance(env, gym.Env) else env)
+    task_ids = [task.id for task in envs[0].unwrapped.pool.episode_order(episodes, seed)]
+    trajectories = collect(
+        envs, policy, episodes, sampling=sampling, task_ids=task_ids, seed=seed, progress=progress, desc=desc
+    )
+    return EvalReport.from_trajectories(trajectories)

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +104,6 @@ class LMPolicy:
     def prompt_text(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> str:
         return self.chat.render(messages, tools, add_generation_prompt=True)
 
-    def prompt_ids(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
-        return self.encode_prompt(messages, tools)[0]
-
     def encode_prompt(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
     ) -> tuple[list[int], int]:
@@ -174,7 +170,7 @@ class LMPolicy:
             generator=self._env_role_rng,
             prefix_lens=[e[1] for e in encoded],
         )
-        for gen, (_, _, prompt_text, closing) in zip(gens, encoded):
+        for gen, (_, _, prompt_text, closing) in zip(gens, encoded, strict=True):
             gen.prompt_text = prompt_text
             if closing and gen.text.endswith(closing):  # e.g. "\n</tool_response>" before the end-of-turn token
                 # Template text, not content: it moves to stop_text so that text + stop_text still spell the tokens.
@@ -201,13 +197,6 @@ class LMPolicy:
         return self.engine.generate(
             prompts, sampling or self.sampling, keys=keys, generator=generator, prefix_lens=prefix_lens
         )
-
-    def with_sampling(self, **changes: Any) -> LMPolicy:
-        """The same model and engine with other default sampling settings."""
-        clone = LMPolicy.__new__(LMPolicy)
-        clone.__dict__.update(self.__dict__)
-        clone.sampling = replace(self.sampling, **changes)
-        return clone
 
     @property
     def max_context(self) -> int:

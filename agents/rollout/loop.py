@@ -1,87 +1,162 @@
-"""The rollout engine: step a batch of envs in lockstep, one batched generation per step.
+"""The one episode loop: every episode, of a scripted or a language-model policy, runs through :func:`collect`.
 
-Every env's conversation is kept as a role-tagged :class:`~.chat.TokenStream`; its engine KV cache is
-kept between turns, so a turn encodes only the tokens that the env added (tool results, the next user
-message). The result is a list of :class:`Trajectory`: token ids with a role per token, the logprobs that
-generated the actor tokens, the reward and its components, the env-role samples. TRL (``env_mask``),
-verl (``response_mask``) and our trainer read the same record.
+:func:`collect` steps a batch of envs in lockstep. What acts is either
+
+* an **LM policy** (:class:`~envace_gym.agents.lm.policy.LMPolicy`): one batched engine call per step for
+  all envs. Every env's conversation is kept as a role-tagged :class:`~.chat.TokenStream` and its engine
+  KV cache is kept between turns, so a turn encodes only the tokens that the env added (tool results, the
+  next user message); or
+* **text policies** (:class:`~envace_gym.agents.scripted.TextPolicy`: ``reset()``, ``act(obs, info)``), one
+  instance per env since they keep per-episode state: a single one for a single env, else a list with one
+  per env. Their trajectories carry no tokens.
+
+Either way the result is a list of :class:`Trajectory`: the :class:`EpisodeResult` (reward, success, call
+counts, messages) and, for an LM policy, the token-level record: token ids with a role per token, the
+logprobs that generated them, the env-role samples. TRL (``env_mask``), verl (``response_mask``) and our
+trainer read the same record. :func:`~envace_gym.agents.eval.evaluate.evaluate` and
+:func:`~envace_gym.agents.scripted.play_episode` are thin calls of :func:`collect`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from tqdm.auto import tqdm
 
-from envace_gym.agents.eval.evaluate import EpisodeResult
 from envace_gym.agents.lm.chat import ROLES, TokenStream
-from envace_gym.agents.lm.engine import SamplingConfig
-from envace_gym.agents.lm.policy import LMPolicy
-
 from envace_gym.rehearsal import EnvRoleSample
 
 from .batching import BatchingImaginer, step_concurrently
 
-__all__ = ["EnvRoleSample", "Trajectory", "collect", "save_trajectories", "load_trajectories"]
+if TYPE_CHECKING:
+    from envace_gym.agents.lm.engine import SamplingConfig
+    from envace_gym.agents.lm.policy import LMPolicy
+    from envace_gym.agents.scripted import TextPolicy
+
+__all__ = ["EpisodeResult", "EnvRoleSample", "Trajectory", "collect", "save_trajectories", "load_trajectories"]
+
+
+@dataclass
+class EpisodeResult:
+    """One finished episode."""
+
+    task_id: str
+    domain: str
+    reward: float
+    success: bool
+    components: dict[str, float]
+    turns: int
+    truncated: bool
+    calls_ok: int  # well-formed calls to declared tools with schema-valid arguments
+    calls_failed: int  # malformed calls, unknown tools, schema violations
+    messages: list[dict[str, Any]] = field(repr=False, default_factory=list)
+
+    @classmethod
+    def from_info(cls, info: dict[str, Any], reward: float, truncated: bool) -> EpisodeResult:
+        """The result of an episode whose last ``info`` (with its call counts) is ``info``."""
+        return cls(
+            task_id=info["task_id"],
+            domain=info.get("domain", ""),
+            reward=float(reward),
+            success=bool(info.get("success", False)),
+            components=info.get("reward_components", {}),
+            turns=info.get("turn", 0),
+            truncated=bool(truncated),
+            calls_ok=info["call_counts"]["ok"],
+            calls_failed=info["call_counts"]["failed"],
+            messages=info["messages"],
+        )
+
+
+def _from_episode(name: str) -> property:
+    return property(lambda self: getattr(self.episode, name), doc=f"``episode.{name}``")
 
 
 @dataclass
 class Trajectory:
-    """One episode as tokens: ``roles[i]`` tags ``token_ids[i]`` (prompt/actor/external/env_role/user)."""
+    """One episode: its :class:`EpisodeResult` (``episode``) and the token-level record of an LM policy.
 
-    task_id: str
-    domain: str
-    token_ids: list[int]
-    roles: list[str]
-    logprobs: list[float]
-    reward: float
-    components: dict[str, float]
-    success: bool
-    truncated: bool
-    turns: int
-    calls_ok: int = 0
-    calls_failed: int = 0
-    messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    ``roles[i]`` tags ``token_ids[i]`` (``prompt``/``actor``/``external``/``env_role``/``user``);
+    ``logprobs[i]`` is the logprob that generated it (0.0 for tokens nobody sampled). The episode's fields
+    read through: ``traj.reward``, ``traj.success``, ``traj.task_id``, ... A scripted policy's trajectory has
+    empty token lists.
+
+    **Env-role tokens are trained from one place only.** An inline env role (``SelfRehearsalEnv(...,
+    mode="inline")``) writes each tool result inside the actor's own context, so its answer is recorded twice:
+    spliced into ``token_ids`` tagged ``env_role`` (with its logprobs), and as an :class:`EnvRoleSample` in
+    ``env_role_samples``. The rule:
+
+    * env-role training samples come **only** from ``env_role_samples``: each one RL sample with its own
+      prompt (``prompt_ids``) and completion (``completion_ids``, ``logprobs``), for either mode;
+    * ``env_role``-tagged tokens in ``token_ids`` are **context for the actor**, like ``external`` tool
+      results: masked out of the actor's loss (:meth:`actor_mask`) and never trained from the stream.
+
+    So a trainer that trains the actor on ``actor_mask()`` and the env role on ``env_role_samples`` counts
+    every generated token exactly once.
+    """
+
+    episode: EpisodeResult
+    token_ids: list[int] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
     env_role_samples: list[EnvRoleSample] = field(default_factory=list, repr=False)
     policy: str = ""
 
+    task_id = _from_episode("task_id")
+    domain = _from_episode("domain")
+    reward = _from_episode("reward")
+    success = _from_episode("success")
+    components = _from_episode("components")
+    turns = _from_episode("turns")
+    truncated = _from_episode("truncated")
+    calls_ok = _from_episode("calls_ok")
+    calls_failed = _from_episode("calls_failed")
+    messages = _from_episode("messages")
+
     def mask(self, *roles: str) -> list[int]:
-        """1 where the token's role is one of ``roles`` (e.g. ``mask("actor")`` is the loss mask)."""
+        """1 where the token's role is one of ``roles``."""
         wanted = set(roles)
         return [1 if r in wanted else 0 for r in self.roles]
 
+    def actor_mask(self) -> list[int]:
+        """The actor's loss mask: 1 on the tokens the actor generated, 0 elsewhere (``env_role`` included)."""
+        return self.mask("actor")
+
     @property
     def actor_tokens(self) -> int:
-        return sum(self.mask("actor"))
+        return sum(self.actor_mask())
 
     def to_result(self) -> EpisodeResult:
-        return EpisodeResult(
-            self.task_id,
-            self.domain,
-            self.reward,
-            self.success,
-            self.components,
-            self.turns,
-            self.truncated,
-            self.calls_ok,
-            self.calls_failed,
-            self.messages,
-        )
+        """``episode`` (kept for callers of the former API)."""
+        return self.episode
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSONL record: ``{"episode": {...}, "policy", "token_ids", "roles", "logprobs", "env_role_samples"}``."""
+        return {
+            "episode": asdict(self.episode),
+            "policy": self.policy,
+            "token_ids": list(self.token_ids),
+            "roles": list(self.roles),
+            "logprobs": list(self.logprobs),
+            "env_role_samples": [s.to_dict() for s in self.env_role_samples],
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        """Read :meth:`to_dict`'s record (or the former flat one, the episode's fields at the top level)."""
         data = dict(data)
-        data["env_role_samples"] = [EnvRoleSample(**s) for s in data.get("env_role_samples", [])]
-        traj = cls(**data)
+        if "episode" in data:
+            episode = EpisodeResult(**data.pop("episode"))
+        else:
+            episode = EpisodeResult(**{f.name: data.pop(f.name) for f in fields(EpisodeResult) if f.name in data})
+        samples = [EnvRoleSample.from_dict(s) for s in data.pop("env_role_samples", [])]
+        traj = cls(episode, env_role_samples=samples, **data)
         if not (len(traj.token_ids) == len(traj.roles) == len(traj.logprobs)):
             raise ValueError(f"trajectory {traj.task_id}: token_ids, roles and logprobs differ in length")
         bad = set(traj.roles) - set(ROLES)
@@ -101,6 +176,7 @@ def save_trajectories(trajectories: Iterable[Trajectory], path: str | Path) -> P
 
 
 def load_trajectories(path: str | Path) -> list[Trajectory]:
+    """Read :func:`save_trajectories`' file; a bad line raises ``ValueError("file:line: ...")``."""
     out = []
     with Path(path).open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -108,81 +184,31 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
                 continue
             try:
                 out.append(Trajectory.from_dict(json.loads(line)))
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, KeyError) as exc:
                 raise ValueError(f"{path}:{lineno}: not a trajectory: {exc}") from None
     return out
 
 
+# ---------------------------------------------------------------------------------------------- the loop
 @dataclass
 class _Slot:
+    """One env of the batch and the episode it is playing."""
+
     env: gym.Env
     index: int
+    actor: Any = None  # this env's text policy; None under an LM policy
+    rehearsal: bool = False  # the env's wrapper chain imagines tool results (a SelfRehearsalEnv)
     episode: int = -1
+    obs: Any = None
+    info: dict[str, Any] = field(default_factory=dict)
     stream: TokenStream = field(default_factory=TokenStream)
     tools: list[dict[str, Any]] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
-    calls_ok: int = 0
-    calls_failed: int = 0
     prefix_len: int = 0  # shared system+tools head of the first prompt
     samples: list[EnvRoleSample] = field(default_factory=list)
-    rehearsal: Any = None  # the SelfRehearsalEnv in this env's wrapper chain, if any
 
     @property
     def key(self) -> str:
         return f"slot{self.index}/ep{self.episode}"
-
-
-def _rehearsal_wrapper(env: gym.Env) -> Any:
-    """The first wrapper in ``env``'s chain that imagines tool results (it has ``set_actor_context`` and
-    ``imaginer``, as ``SelfRehearsalEnv``); Gymnasium 1.x wrappers do not forward attribute lookups."""
-    while env is not None:
-        if getattr(type(env), "set_actor_context", None) is not None:
-            return env
-        env = getattr(env, "env", None)
-    return None
-
-
-def _step_all(slots: Sequence[_Slot], actions: Sequence[str], pool: ThreadPoolExecutor | None) -> list[tuple]:
-    """``env.step`` for every slot. Where two or more envs share an env role that can batch
-    (``imagine_batch``), their steps run in threads so that its requests go out as one batch."""
-    groups: dict[int, list[int]] = {}
-    for i, slot in enumerate(slots):
-        imaginer = slot.rehearsal.imaginer if slot.rehearsal is not None else None
-        if hasattr(imaginer, "imagine_batch"):
-            groups.setdefault(id(imaginer), []).append(i)
-    originals = {i: slots[i].rehearsal.imaginer for members in groups.values() if len(members) > 1 for i in members}
-    if pool is None or not originals:
-        return [slot.env.step(a) for slot, a in zip(slots, actions)]
-    batchers = {
-        key: BatchingImaginer(originals[members[0]], len(members))
-        for key, members in groups.items()
-        if len(members) > 1
-    }
-    batcher_of = {i: batchers[id(imaginer)] for i, imaginer in originals.items()}
-    try:
-        for i, batcher in batcher_of.items():
-            slots[i].rehearsal.imaginer = batcher
-        steps = [
-            (lambda slot=slot, a=a: slot.env.step(a), batcher_of.get(i))
-            for i, (slot, a) in enumerate(zip(slots, actions))
-        ]
-        return step_concurrently(pool, steps)
-    finally:
-        for i, original in originals.items():
-            slots[i].rehearsal.imaginer = original
-
-
-def _splice_inline(stream: TokenStream, sample: EnvRoleSample) -> bool:
-    """Append an inline env-role answer to the actor's stream as generated: the tool-message header the
-    policy encoded (``external``), then the sampled result tokens (``env_role``). False (nothing appended)
-    when the sample does not continue the stream; the next render then re-encodes that message."""
-    ids, text = sample.prompt_ids, sample.prompt_text
-    n = len(stream.ids)
-    if not text.startswith(stream.text) or ids[:n] != stream.ids or not sample.completion_ids:
-        return False
-    stream.extend(ids[n:], "external", text[len(stream.text) :])
-    stream.extend(sample.completion_ids, "env_role", sample.completion_text, sample.logprobs)
-    return True
 
 
 def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> list[gym.Env]:
@@ -198,34 +224,139 @@ def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> list[gym.Env
     return envs
 
 
+def _is_lm(policy: Any) -> bool:
+    """An LM policy is driven through its engine (``generate_ids``); anything else acts on text."""
+    return hasattr(policy, "generate_ids") and hasattr(policy, "encode_prompt")
+
+
+def _text_policies(policy: Any, n_envs: int) -> list[TextPolicy]:
+    """One text policy per env: ``policy`` itself for one env, else the list given."""
+    actors = list(policy) if isinstance(policy, list | tuple) else [policy]
+    if len(actors) != n_envs:
+        raise ValueError(
+            f"{len(actors)} text policies for {n_envs} envs: a text policy keeps per-episode state, "
+            "so give one per env (a list as long as envs)"
+        )
+    for actor in actors:
+        if not (callable(getattr(actor, "act", None)) and callable(getattr(actor, "reset", None))):
+            raise TypeError(f"{actor!r} is neither an LM policy nor a text policy (reset(), act(obs, info))")
+    return actors
+
+
+def _imaginer(slot: _Slot) -> Any:
+    return slot.env.get_wrapper_attr("imaginer") if slot.rehearsal else None
+
+
+def _set_imaginer(slot: _Slot, imaginer: Any) -> None:
+    # force=False: set it where the wrapper chain has it (the SelfRehearsalEnv), never create it on top.
+    if not slot.env.set_wrapper_attr("imaginer", imaginer, force=False):
+        raise AttributeError(f"no wrapper of {slot.env} has an imaginer")
+
+
+def _step_all(slots: Sequence[_Slot], actions: Sequence[str], pool: ThreadPoolExecutor | None) -> list[tuple]:
+    """``env.step`` for every slot. Where two or more envs share an env role that can batch
+    (``imagine_batch``), their steps run in threads so that its requests go out as one batch."""
+    groups: dict[int, list[int]] = {}
+    for i, slot in enumerate(slots):
+        imaginer = _imaginer(slot)
+        if hasattr(imaginer, "imagine_batch"):
+            groups.setdefault(id(imaginer), []).append(i)
+    originals = {i: _imaginer(slots[i]) for members in groups.values() if len(members) > 1 for i in members}
+    if pool is None or not originals:
+        return [slot.env.step(a) for slot, a in zip(slots, actions, strict=True)]
+    batchers = {
+        key: BatchingImaginer(originals[members[0]], len(members))
+        for key, members in groups.items()
+        if len(members) > 1
+    }
+    batcher_of = {i: batchers[id(imaginer)] for i, imaginer in originals.items()}
+    try:
+        for i, batcher in batcher_of.items():
+            _set_imaginer(slots[i], batcher)
+        steps = [
+            (lambda slot=slot, a=a: slot.env.step(a), batcher_of.get(i))
+            for i, (slot, a) in enumerate(zip(slots, actions, strict=True))
+        ]
+        return step_concurrently(pool, steps)
+    finally:
+        for i, original in originals.items():
+            _set_imaginer(slots[i], original)
+
+
+def _splice_inline(stream: TokenStream, sample: EnvRoleSample) -> bool:
+    """Append an inline env-role answer to the actor's stream as generated: the tool-message header the
+    policy encoded (``external``), then the sampled result tokens (``env_role``). False (nothing appended)
+    when the sample does not continue the stream; the next render then re-encodes that message."""
+    ids, text = sample.prompt_ids, sample.prompt_text
+    n = len(stream.ids)
+    if not text.startswith(stream.text) or ids[:n] != stream.ids or not sample.completion_ids:
+        return False
+    stream.extend(ids[n:], "external", text[len(stream.text) :])
+    stream.extend(sample.completion_ids, "env_role", sample.completion_text, sample.logprobs)
+    return True
+
+
+def _generate(lm: LMPolicy, active: Sequence[_Slot], sampling: SamplingConfig, generator: Any) -> list[str]:
+    """One batched engine call for every active env: each stream grows by its actor tokens; an inline env
+    role is told the exact context it continues. Returns the actions (the generated texts)."""
+    gens = lm.generate_ids(
+        [s.stream.ids for s in active],
+        keys=[s.key for s in active],
+        sampling=sampling,
+        generator=generator,
+        prefix_lens=[s.prefix_len for s in active],
+    )
+    for slot, gen in zip(active, gens, strict=True):
+        slot.stream.extend(gen.token_ids, "actor", gen.text + gen.stop_text, gen.logprobs)
+        if slot.rehearsal:  # an inline env role continues this exact context
+            slot.env.get_wrapper_attr("set_actor_context")(slot.stream.ids, slot.stream.text, slot.key)
+    return [g.text for g in gens]
+
+
+def _policy_name(actor: Any) -> str:
+    return getattr(actor, "name", None) or type(actor).__name__
+
+
 def collect(
     envs: Sequence[gym.Env] | gym.vector.VectorEnv,
-    policy: LMPolicy,
+    policy: LMPolicy | TextPolicy | Sequence[TextPolicy],
     episodes: int,
     sampling: SamplingConfig | None = None,
     task_ids: Sequence[str] | None = None,
-    seed: int = 0,
+    seed: int | None = 0,
     progress: bool = True,
     desc: str = "rollout",
+    on_episode: Callable[[Trajectory, dict[str, Any]], None] | None = None,
 ) -> list[Trajectory]:
     """Run ``episodes`` episodes over ``envs`` in lockstep and return their trajectories (in episode order).
 
     Args:
-        envs: the envs to step (each runs one episode at a time; ``len(envs)`` is the batch size).
-        policy: the :class:`LMPolicy` whose engine generates every actor turn.
+        envs: the envs to step (a list or a ``SyncVectorEnv``; each runs one episode at a time, so
+            ``len(envs)`` is the batch size).
+        policy: an :class:`LMPolicy` (its engine generates every actor turn, for all envs in one call), or
+            text policies: one ``TextPolicy`` for a single env, else a list with one per env (each is
+            ``reset()`` at the start of each of its episodes).
         episodes: how many episodes in total.
-        sampling: overrides ``policy.sampling``; ``sampling.seed`` makes the whole collection reproducible.
+        sampling: (LM policy) overrides ``policy.sampling``; ``sampling.seed`` makes the collection reproducible.
         task_ids: task of episode ``i`` is ``task_ids[i % len]``; default: ``reset(seed=seed + i)`` draws one.
-        seed: base seed for env resets.
+        seed: base seed for env resets (episode ``i`` resets with ``seed + i``); None: resets are not seeded.
+        on_episode: called with each finished trajectory and the episode's last ``info``.
     """
-    sampling = sampling or policy.sampling
-    slots = [_Slot(env, i) for i, env in enumerate(_as_env_list(envs))]
+    lm = policy if _is_lm(policy) else None
+    env_list = _as_env_list(envs)
+    actors = [None] * len(env_list) if lm is not None else _text_policies(policy, len(env_list))
+    slots = [
+        _Slot(env, i, actor, rehearsal=env.has_wrapper_attr("set_actor_context"))
+        for i, (env, actor) in enumerate(zip(env_list, actors, strict=True))
+    ]
+    if lm is not None:
+        import torch
+
+        sampling = sampling or lm.sampling
+        generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
     results: dict[int, Trajectory] = {}
     next_episode = 0
     bar = tqdm(total=episodes, desc=desc, disable=not progress, unit="ep")
-    import torch
-
-    generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
 
     def start(slot: _Slot) -> bool:
         nonlocal next_episode
@@ -233,86 +364,76 @@ def collect(
             return False
         slot.episode, next_episode = next_episode, next_episode + 1
         options = {"task_id": task_ids[slot.episode % len(task_ids)]} if task_ids else None
-        _, info = slot.env.reset(seed=seed + slot.episode, options=options)
-        slot.info, slot.tools = info, info["tools"]
+        if slot.actor is not None:
+            slot.actor.reset()
+        slot.obs, slot.info = slot.env.reset(seed=None if seed is None else seed + slot.episode, options=options)
+        slot.tools = slot.info["tools"]
         slot.stream = TokenStream()
-        slot.calls_ok = slot.calls_failed = 0
         slot.samples = []
-        ids, slot.prefix_len = policy.encode_prompt(info["messages"], slot.tools)
-        slot.stream.extend(ids, "prompt", policy.prompt_text(info["messages"], slot.tools))
+        if lm is not None:
+            ids, slot.prefix_len = lm.encode_prompt(slot.info["messages"], slot.tools)
+            slot.stream.extend(ids, "prompt", lm.prompt_text(slot.info["messages"], slot.tools))
         return True
 
     def finish(slot: _Slot, reward: float, truncated: bool, info: dict[str, Any]) -> None:
-        policy.engine.drop(slot.key)
+        if lm is not None:
+            lm.engine.drop(slot.key)
         s = slot.stream
-        results[slot.episode] = Trajectory(
-            task_id=info["task_id"],
-            domain=info.get("domain", ""),
+        traj = Trajectory(
+            EpisodeResult.from_info(info, reward, truncated),
             token_ids=s.ids,
             roles=s.roles,
             logprobs=s.logprobs,
-            reward=float(reward),
-            components=info.get("reward_components", {}),
-            success=bool(info.get("success", False)),
-            truncated=truncated,
-            turns=info.get("turn", 0),
-            calls_ok=slot.calls_ok,
-            calls_failed=slot.calls_failed,
-            messages=info["messages"],
             env_role_samples=slot.samples,
-            policy=policy.name,
+            policy=lm.name if lm is not None else _policy_name(slot.actor),
         )
+        results[slot.episode] = traj
+        if on_episode is not None:
+            on_episode(traj, info)
         bar.update(1)
 
-    for slot in slots:
-        slot.rehearsal = _rehearsal_wrapper(slot.env)
     # Threads only to batch the env role across envs (see _step_all); generation stays in one thread.
     pool = (
         ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="envace-step")
         if len(slots) > 1 and any(s.rehearsal for s in slots)
         else None
     )
-    active = [s for s in slots if start(s)]
-    while active:
-        # Episodes that would overflow the model's context end here, truncated, with reward 0.
-        for slot in [s for s in active if len(s.stream.ids) + sampling.max_new_tokens > policy.max_context]:
-            finish(slot, 0.0, True, slot.info)
-            active.remove(slot)
-            if start(slot):
-                active.append(slot)
-        if not active:
-            break
-        gens = policy.generate_ids(
-            [s.stream.ids for s in active],
-            keys=[s.key for s in active],
-            sampling=sampling,
-            generator=generator,
-            prefix_lens=[s.prefix_len for s in active],
-        )
-        for slot, gen in zip(active, gens):
-            slot.stream.extend(gen.token_ids, "actor", gen.text + gen.stop_text, gen.logprobs)
-            if slot.rehearsal is not None:  # an inline env role continues this exact context
-                slot.rehearsal.set_actor_context(slot.stream.ids, slot.stream.text, slot.key)
-        outcomes = _step_all(active, [g.text for g in gens], pool)
-        still = []
-        for slot, (_, reward, terminated, truncated, info) in zip(active, outcomes):
-            spliced = True
-            for sample in info.get("rehearsal", []):
-                slot.samples.append(sample)
-                if sample.mode == "inline" and sample.valid and spliced:
-                    spliced = _splice_inline(slot.stream, sample)
-            slot.calls_ok, slot.calls_failed = info["call_counts"]["ok"], info["call_counts"]["failed"]
-            slot.info = info
-            if terminated or truncated:
-                finish(slot, reward, truncated, info)
-                if start(slot):
-                    still.append(slot)
-                continue
-            role = "user" if info["messages"][-1]["role"] == "user" else "external"
-            slot.stream.append_render(policy.chat, policy.prompt_text(info["messages"], slot.tools), role)
-            still.append(slot)
-        active = still
-    bar.close()
-    if pool is not None:
-        pool.shutdown()
+    try:
+        active = [s for s in slots if start(s)]
+        while active:
+            if lm is not None:
+                # Episodes that would overflow the model's context end here, truncated, with reward 0.
+                for slot in [s for s in active if len(s.stream.ids) + sampling.max_new_tokens > lm.max_context]:
+                    finish(slot, 0.0, True, slot.info)
+                    active.remove(slot)
+                    if start(slot):
+                        active.append(slot)
+                if not active:
+                    break
+                actions = _generate(lm, active, sampling, generator)
+            else:
+                actions = [slot.actor.act(slot.obs, slot.info) for slot in active]
+            outcomes = _step_all(active, actions, pool)
+            still = []
+            for slot, (obs, reward, terminated, truncated, info) in zip(active, outcomes, strict=True):
+                spliced = lm is not None  # inline answers continue an LM actor's token stream (text policies have none)
+                for sample in info.get("rehearsal", []):
+                    slot.samples.append(sample)
+                    if sample.mode == "inline" and sample.valid and spliced:
+                        spliced = _splice_inline(slot.stream, sample)
+                slot.obs, slot.info = obs, info
+                if terminated or truncated:
+                    finish(slot, reward, truncated, info)
+                    if start(slot):
+                        still.append(slot)
+                    continue
+                if lm is not None:
+                    role = "user" if info["messages"][-1]["role"] == "user" else "external"
+                    slot.stream.append_render(lm.chat, lm.prompt_text(info["messages"], slot.tools), role)
+                still.append(slot)
+            active = still
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.shutdown()
     return [results[i] for i in sorted(results)]
