@@ -35,7 +35,7 @@ class RecordingBatcher:
             raise RuntimeError("env role crashed")
         return [
             SimpleNamespace(
-                text='<execution_result>\n{"tool": "%s"}\n</execution_result>' % r.tool,
+                text=f'<execution_result>\n{{"tool": "{r.tool}"}}\n</execution_result>',
                 token_ids=[1],
                 logprobs=[-0.1],
                 prompt_ids=[2],
@@ -67,7 +67,7 @@ def test_batching_imaginer_answers_each_request_and_batches_concurrent_ones():
     assert done == list(range(n))
     for i in range(n):
         assert answers[i] == [
-            '<execution_result>\n{"tool": "t%d-%d"}\n</execution_result>' % (i, j) for j in range(len(plans[i]))
+            f'<execution_result>\n{{"tool": "t{i}-{j}"}}\n</execution_result>' for j in range(len(plans[i]))
         ]
     assert sum(policy.batches) == sum(len(p) for p in plans) and max(policy.batches) > 1
     assert batcher.running == 0

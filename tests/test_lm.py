@@ -69,7 +69,7 @@ def test_roles_line_up_and_decode_to_the_transcript(policy):
     assert final.startswith(text) and final[len(text) :].strip() in ("", "<|im_end|>")
     # each run of actor tokens decodes to one assistant message (plus its end-of-turn token)
     runs, current = [], []
-    for tok, role in zip(traj.token_ids, traj.roles):
+    for tok, role in zip(traj.token_ids, traj.roles, strict=True):
         if role == "actor":
             current.append(tok)
         elif current:
@@ -79,7 +79,7 @@ def test_roles_line_up_and_decode_to_the_transcript(policy):
         runs.append(current)
     assistant = [m["content"] for m in traj.messages if m["role"] == "assistant"]
     assert len(runs) == len(assistant)
-    for ids, content in zip(runs, assistant):
+    for ids, content in zip(runs, assistant, strict=True):
         assert policy.tokenizer.decode(ids).removesuffix("<|im_end|>") == content
     if any(m["role"] == "tool" for m in traj.messages):
         assert "external" in traj.roles
@@ -154,7 +154,7 @@ def test_encode_conversation_tags_assistant_text_as_actor(policy):
 
     info = play_episode(env, OraclePolicy(env.unwrapped.suite), task.id)
     stream = encode_conversation(policy.chat, info["messages"], info["tools"])
-    actor_text = policy.tokenizer.decode([t for t, r in zip(stream.ids, stream.roles) if r == "actor"])
+    actor_text = policy.tokenizer.decode([t for t, r in zip(stream.ids, stream.roles, strict=True) if r == "actor"])
     assert actor_text == "".join(m["content"] + "<|im_end|>" for m in info["messages"] if m["role"] == "assistant")
     assert policy.tokenizer.decode(stream.ids) == policy.chat.render(
         info["messages"], info["tools"], add_generation_prompt=False

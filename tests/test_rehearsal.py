@@ -60,7 +60,7 @@ def test_perfect_env_role_is_interchangeable_with_the_real_backend(test_ids):
     echo = CountingImaginer(env)
     imagined = run_oracle(SelfRehearsalEnv(env, echo), test_ids)
     assert echo.requests  # the results really were imagined
-    for (m_real, c_real, s_real), (m_im, c_im, s_im) in zip(real, imagined):
+    for (m_real, c_real, s_real), (m_im, c_im, s_im) in zip(real, imagined, strict=True):
         assert m_real == m_im
         assert c_real == c_im and s_real is True and s_im is True
 

@@ -140,7 +140,7 @@ def test_env_role_examples_target_the_real_result():
     env_role = [e for e in examples if "precise tool simulator" in policy.tokenizer.decode(e.input_ids[: e.head])]
     assert len(env_role) == sum(len(suite.get(t).reference_calls) for t in task_ids)
     first = env_role[0]
-    target = policy.tokenizer.decode([t for t, m in zip(first.input_ids, first.loss_mask) if m])
+    target = policy.tokenizer.decode([t for t, m in zip(first.input_ids, first.loss_mask, strict=True) if m])
     ref = suite.get(first.task_id).reference_calls[0]
     assert target == f"<execution_result>\n{json.dumps(ref.result, ensure_ascii=False)}\n</execution_result><|im_end|>"
     assert first.loss_mask[-1] == 1 and sum(first.loss_mask) < len(first.loss_mask)

@@ -115,7 +115,7 @@ def fidelity_report(
         imaginer, mode = entry if isinstance(entry, tuple) else (entry, "prompted")
         parse = parse_inline_result if mode == "inline" else parse_execution_result
 
-        def make_env(probe: _Probe) -> Any:
+        def make_env(probe: _Probe, mode: str = mode) -> Any:
             return SelfRehearsalEnv(
                 env_factory(), probe, mode=mode, grounding=grounding, on_invalid="error_observation"
             )
@@ -125,7 +125,7 @@ def fidelity_report(
             played = _play_oracle(tasks, make_env, imaginer, batch_size, bar)
         for task, info, answers in played:
             specs = {s.name: s for s in task.tool_specs}
-            for ref, (tool, text) in zip(task.reference_calls, answers):
+            for ref, (tool, text) in zip(task.reference_calls, answers, strict=False):
                 value, reason = parse(text)
                 stats.calls += 1
                 ok = reason is None

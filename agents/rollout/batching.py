@@ -74,7 +74,7 @@ class BatchingImaginer:
         self._cv.release()
         try:
             gens = self.policy.imagine_batch([p.request for p in batch])
-            for p, g in zip(batch, gens):
+            for p, g in zip(batch, gens, strict=True):
                 p.result = g
         except BaseException as exc:  # every request of the batch sees the failure (contained upstream)
             for p in batch:

@@ -132,10 +132,6 @@ class Trajectory:
     def actor_tokens(self) -> int:
         return sum(self.actor_mask())
 
-    def to_result(self) -> EpisodeResult:
-        """``episode`` (kept for callers of the former API)."""
-        return self.episode
-
     def to_dict(self) -> dict[str, Any]:
         """The JSONL record: ``{"episode": {...}, "policy", "token_ids", "roles", "logprobs", "env_role_samples"}``."""
         return {

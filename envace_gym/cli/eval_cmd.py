@@ -49,7 +49,7 @@ CONFIGS = (EnvArgs, BackendArgs, EvalArgs, RunArgs, SamplingArgs)
 
 
 def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: RunArgs, sampling: SamplingArgs) -> int:
-    from envace_gym.agents.eval.evaluate import EvalReport, evaluate
+    from envace_gym.agents.eval.evaluate import evaluate
     from envace_gym.agents.scripted import SCRIPTED_POLICIES, make_scripted_policy
 
     backend = backend_args.spec
@@ -57,36 +57,19 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
     imaginer = make_imaginer(backend, lm, args.simulator, sampling, run_args.seed)
     env = make_env(env_args, backend, imaginer)
     pool = env.unwrapped.pool
-    trajectories = None
+    episodes = args.episodes or len(pool)
+    desc = f"eval {args.policy}"
     if args.policy in SCRIPTED_POLICIES:
         policy = make_scripted_policy(args.policy, env.unwrapped.suite, seed=run_args.seed)
-        report = evaluate(
-            env,
-            policy,
-            args.episodes or len(pool),
-            seed=run_args.seed,
-            progress=run_args.progress,
-            desc=f"eval {args.policy}",
-        )
+        report = evaluate(env, policy, episodes, seed=run_args.seed, progress=run_args.progress, desc=desc)
     else:
-        from envace_gym.agents.rollout import collect, save_trajectories
-
+        # LM policies step a batch of envs in lockstep (one batched generation per step).
         envs = [env] + [make_env(env_args, backend, imaginer) for _ in range(args.batch_size - 1)]
-        task_ids = [t.id for t in pool.episode_order(args.episodes, seed=run_args.seed)]
         try:
-            trajectories = collect(
-                envs,
-                lm,
-                len(task_ids),
-                task_ids=task_ids,
-                seed=run_args.seed,
-                progress=run_args.progress,
-                desc=f"eval {args.policy}",
-            )
+            report = evaluate(envs, lm, episodes, seed=run_args.seed, progress=run_args.progress, desc=desc)
         finally:
             for extra in envs[1:]:
                 extra.close()
-        report = EvalReport([t.to_result() for t in trajectories])
     env.close()  # stops what backends started (MCP servers)
     summary = {
         "env": env_args.env,
@@ -99,8 +82,10 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
     }
     if args.out:
         report.save(args.out)
-        if trajectories is not None:
-            save_trajectories(trajectories, Path(args.out) / "trajectories.jsonl")
+        if args.policy not in SCRIPTED_POLICIES:
+            from envace_gym.agents.rollout import save_trajectories
+
+            save_trajectories(report.trajectories, Path(args.out) / "trajectories.jsonl")
         summary["out"] = str(Path(args.out))
     if run_args.json:
         print(json.dumps(summary))
