@@ -35,6 +35,9 @@ ROLLBACKS = ("cow", "deepcopy")
 # What ``PythonBackend(rollback=None)`` uses: every registered backend is built that way, so setting this
 # before building an env switches all of its Python backends (the env_step benchmark does, to compare).
 DEFAULT_ROLLBACK = "cow"
+# Whether toolkits that declare ``run_inline`` run their tools in the caller's thread (see Toolkit).
+# False puts every call under the watchdog thread again (the env_step benchmark measures both).
+INLINE_TOOLKITS = True
 
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None):
@@ -57,6 +60,12 @@ class Toolkit:
     """
 
     _specs_cache: ClassVar[dict[type, dict[str, tuple[str, ToolSpec]]]] = {}
+
+    #: True for a toolkit whose tools are bounded, pure computations over ``self.state`` (no I/O, no
+    #: waiting, no unbounded loops): a :class:`PythonBackend` then runs them in the caller's thread, without
+    #: the per-call timeout, since handing a call to a watchdog thread and back costs more than such a call.
+    #: Leave it False when a tool may block: only the watchdog thread turns a hang into a timeout.
+    run_inline: ClassVar[bool] = False
 
     def __init__(self, state: dict[str, Any] | None = None) -> None:
         if type(state) is CowDict and state._txn.active:
@@ -123,6 +132,9 @@ class PythonBackend:
         # these specs instead of building (and compiling) one ToolSpec per tool per task.
         self._all_openai = tuple(s.to_openai() for s in self._all_specs.values())
         self._specs = self._all_specs
+        # task.tools (by identity) -> the episode's specs: tasks are reset many times.
+        self._task_specs: dict[int, tuple[Any, dict[str, ToolSpec]]] = {}
+        self._inline = self.toolkit_cls.run_inline
         self._toolkit = self._new_toolkit({})
         self.call_count = 0
         self.timeouts = 0
@@ -141,11 +153,18 @@ class PythonBackend:
         self._toolkit = self._new_toolkit(task.initial_state if task is not None else {})
         self.call_count = 0
         if task is not None and task.tools:
+            hit = self._task_specs.get(id(task.tools))
+            if hit is not None and hit[0] is task.tools:
+                self._specs = hit[1]
+                return
             if tuple(task.tools) == self._all_openai:
                 self._specs = self._all_specs
             else:
                 # The task's own schemas are authoritative (a task may withhold or restate tools).
                 self._specs = {s.name: s for s in task.tool_specs if s.name in self._all_specs}
+            if len(self._task_specs) >= 65_536:
+                self._task_specs.clear()
+            self._task_specs[id(task.tools)] = (task.tools, self._specs)  # holds task.tools: the id stays its
         else:
             self._specs = self._all_specs
 
@@ -160,7 +179,8 @@ class PythonBackend:
         committed = kit.state
         txn = Txn()
         kit.state = overlay(committed, txn)
-        outcome = self._run(self._bound(kit, call.name), call.arguments)
+        inline = self._inline and INLINE_TOOLKITS and call.name not in self._functions
+        outcome = self._run(self._bound(kit, call.name), call.arguments, inline)
         if outcome[0] == "ok":
             try:
                 content = detach_json(outcome[1])  # results never alias the state
@@ -218,9 +238,9 @@ class PythonBackend:
         exc = outcome[1]
         return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
 
-    def _run(self, fn: Callable[..., Any], arguments: dict[str, Any]) -> tuple[str, Any]:
+    def _run(self, fn: Callable[..., Any], arguments: dict[str, Any], inline: bool) -> tuple[str, Any]:
         args = plain_copy(arguments)  # a tool may mutate its arguments; the call keeps its own
-        if self.timeout is None:
+        if inline or self.timeout is None:
             try:
                 return "ok", fn(**args)
             except Exception as exc:  # contained: becomes an error observation
