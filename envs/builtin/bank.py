@@ -65,6 +65,8 @@ _PAYEES = {"train": ["landlord", "gym", "plumber", "school"], "test": ["dentist"
 class BankToolkit(Toolkit):
     """A small bank: ``state = {"accounts": {id: {...}}, "transactions": [...], "next_txn": int}``."""
 
+    run_inline = True  # bounded, pure tools over in-memory state: no watchdog thread needed
+
     def _account(self, account_id: str) -> dict[str, Any]:
         try:
             return self.state["accounts"][account_id]
@@ -387,5 +389,5 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
 
 def generate(split: str, count: int) -> list[Task]:
     """``count`` deterministic tasks of ``split`` ("train" or "test")."""
-    kinds, weights = zip(*_KINDS)
+    kinds, weights = zip(*_KINDS, strict=False)
     return generate_tasks(DOMAIN, split, count, kinds, weights, _make)

@@ -164,6 +164,8 @@ class FilesToolkit(Toolkit):
     parent folder, so the state has one canonical form whatever order the calls came in.
     """
 
+    run_inline = True  # bounded, pure tools over in-memory state: no watchdog thread needed
+
     # ------------------------------------------------------------------ helpers
     @property
     def _files(self) -> dict[str, str]:
@@ -378,7 +380,7 @@ def _distinct_sizes(rng: random.Random, split: str, state: dict[str, Any], paths
     """Lengthen files until their sizes differ, so "the largest file" has a single answer."""
     while True:
         sizes = [len(state["files"][p]) for p in paths]
-        dupes = [p for p, n in zip(paths, sizes) if sizes.count(n) > 1]
+        dupes = [p for p, n in zip(paths, sizes, strict=False) if sizes.count(n) > 1]
         if not dupes:
             return
         state["files"][dupes[0]] += f" {rng.choice(_WORDS[split])}"

@@ -12,7 +12,10 @@ from ._common import ReferenceRecorder, generate_tasks, pick_template
 
 DOMAIN = "retail"
 BACKEND = f"builtin/{DOMAIN}"
-SYSTEM = "You are an online shop's customer-service assistant. Use the shop's tools to look up and change orders exactly as asked."
+SYSTEM = (
+    "You are an online shop's customer-service assistant. Use the shop's "
+    "tools to look up and change orders exactly as asked."
+)
 
 CancelReason = Literal["no_longer_needed", "ordered_by_mistake", "found_better_price", "other"]
 # How a user says each reason; the words map one-to-one onto the tool's enum values.
@@ -129,6 +132,8 @@ class RetailToolkit(Toolkit):
     "orders": {id: {customer_id, status, items: [{product_id, quantity, price, returned}], total,
     shipping_address, refunded}}}``. Order statuses: pending, shipped, delivered, cancelled.
     """
+
+    run_inline = True  # bounded, pure tools over in-memory state: no watchdog thread needed
 
     def _order(self, order_id: str) -> dict[str, Any]:
         try:
@@ -380,7 +385,10 @@ _T = {
     "cancel_pending": {
         "train": [
             "I'm {email}. Please cancel my pending order -- {reason} -- and tell me the refund.",
-            "Hi, my email is {email}. Cancel the order of mine that hasn't shipped yet ({reason}). How much do I get back?",
+            (
+                "Hi, my email is {email}. Cancel the order of mine that hasn't "
+                "shipped yet ({reason}). How much do I get back?"
+            ),
         ],
         "test": ["This is {email}: my one pending order should be cancelled, since {reason}. What's the refund?"],
     },
@@ -397,13 +405,19 @@ _T = {
             "My email is {email}. Give me the id and total of my order that is on its way (shipped).",
         ],
         "test": [
-            "For {email}: what's the order id and amount of the order that's out for delivery right now (status shipped)?"
+            (
+                "For {email}: what's the order id and amount of the order that's "
+                "out for delivery right now (status shipped)?"
+            )
         ],
     },
     "return_by_name": {
         "train": [
             "I'm {email}. I'd like to return the {product} from my delivered order. How much is refunded?",
-            "My email is {email}. Please process a return of the {product} in my delivered order and tell me the refund.",
+            (
+                "My email is {email}. Please process a return of the {product} "
+                "in my delivered order and tell me the refund."
+            ),
         ],
         "test": ["{email} here: the {product} from my delivered order has to go back. What will I be refunded?"],
     },
@@ -448,8 +462,14 @@ _T = {
     },
     "no_tool_echo": {
         "train": [
-            "I'm writing down my details for a later call, no lookup needed. Just confirm back my order number: {order}.",
-            "Nothing to do in the system for now; please simply repeat back the order number I'm about to give: {order}.",
+            (
+                "I'm writing down my details for a later call, no lookup "
+                "needed. Just confirm back my order number: {order}."
+            ),
+            (
+                "Nothing to do in the system for now; please simply repeat back "
+                "the order number I'm about to give: {order}."
+            ),
         ],
         "test": ["Don't check anything yet -- only read this order number back to me so I know you have it: {order}."],
     },
@@ -462,11 +482,20 @@ _T = {
     },
     "conditional_address": {
         "train": [
-            "First check order {order}; if it is still pending, change its shipping address to {address}. Otherwise tell me its status.",
-            "Look up order {order}. If it hasn't shipped yet (pending), update its address to {address}; if not, just tell me its status.",
+            (
+                "First check order {order}; if it is still pending, change its shipping "
+                "address to {address}. Otherwise tell me its status."
+            ),
+            (
+                "Look up order {order}. If it hasn't shipped yet (pending), update its "
+                "address to {address}; if not, just tell me its status."
+            ),
         ],
         "test": [
-            "Could you see whether order {order} is still pending? If so, send it to {address}; if not, report its status."
+            (
+                "Could you see whether order {order} is still pending? If so, "
+                "send it to {address}; if not, report its status."
+            )
         ],
     },
 }

@@ -57,6 +57,8 @@ class TravelToolkit(Toolkit):
     the same successful calls always yields the same ids (and the same state hash).
     """
 
+    run_inline = True  # bounded, pure tools over in-memory state: no watchdog thread needed
+
     # ------------------------------------------------------------------ lookups
     def _city(self, name: str) -> str:
         wanted = name.strip().lower()
@@ -394,7 +396,7 @@ def _add_route(state: dict[str, Any], rng: random.Random, origin: str, destinati
             prices.append(p)
     departs = rng.sample(range(6 * 60, 19 * 60 + 31, 5), n)
     base = rng.randrange(70, 225, 5)
-    for price, dep in zip(prices, departs):
+    for price, dep in zip(prices, departs, strict=False):
         code, airline = rng.choice(_AIRLINES)
         while (fid := f"{code}{rng.randint(100, 999)}") in flights:
             pass
@@ -762,7 +764,7 @@ def _k_compare_routes(c: _Ctx) -> _Built:
     rec = c.recorder()
     results = rec.step(*[("search_flights", {"origin": origin, "destination": d, "date": day}) for d in destinations])
     cheapest = [min(fs, key=lambda f: f["price"]) for fs in results]
-    parts = [f"{d}: {f['price']} EUR ({f['flight_id']})" for d, f in zip(destinations, cheapest)]
+    parts = [f"{d}: {f['price']} EUR ({f['flight_id']})" for d, f in zip(destinations, cheapest, strict=False)]
     rec.answer(f"Cheapest fares from {origin} on {day}: " + "; ".join(parts) + ".", [str(f["price"]) for f in cheapest])
     return rec, [c.t("compare_routes", origin=origin, destinations=_join(destinations), date=day)], READ
 
@@ -772,7 +774,7 @@ def _k_two_days(c: _Ctx) -> _Built:
     rec = c.recorder()
     results = rec.step(*[("list_events", {"date": d}) for d in days])
     rec.answer(
-        " ".join(f"{d}: {_events_text(evs)}." for d, evs in zip(days, results)),
+        " ".join(f"{d}: {_events_text(evs)}." for d, evs in zip(days, results, strict=False)),
         [e["title"] for evs in results for e in evs],
     )
     return rec, [c.t("two_days", dates=_join(days))], READ
@@ -900,5 +902,5 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
 
 def generate(split: str, count: int) -> list[Task]:
     """``count`` deterministic tasks of ``split`` ("train" or "test"), each with its own small world."""
-    kinds, weights = zip(*_KINDS)
+    kinds, weights = zip(*_KINDS, strict=False)
     return generate_tasks(DOMAIN, split, count, kinds, weights, _make)
