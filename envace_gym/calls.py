@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(str, Enum):  # noqa: UP042 - StrEnum would change str() of the codes
     """Fixed error codes, shared with the EnvACE reference code (and extended for execution)."""
 
     INVALID_TOOL_CALL_FORMAT = "INVALID_TOOL_CALL_FORMAT"
@@ -112,9 +112,12 @@ def parse_calls(text: Any) -> ParsedAction:
     """
     if not isinstance(text, str):
         return ParsedAction("", [], [_format_error(f"action must be a string, got {type(text).__name__}")])
-    reasoning_parts = [m.group(0) for m in _THINK.finditer(text)]
-    visible = _THINK.sub("", text)
-    reasoning = "\n".join(_strip_think_tags(p) for p in reasoning_parts).strip()
+    if "<think>" in text:
+        reasoning_parts = [m.group(0) for m in _THINK.finditer(text)]
+        visible = _THINK.sub("", text)
+        reasoning = "\n".join(_strip_think_tags(p) for p in reasoning_parts).strip()
+    else:  # the usual case: skip two regex passes that cannot match
+        visible, reasoning = text, ""
 
     if _OPEN_TAG in visible or _CLOSE_TAG in visible:
         return _parse_tagged(visible, reasoning)
