@@ -122,9 +122,12 @@ def parse_calls(text: Any) -> ParsedAction:
     """
     if not isinstance(text, str):
         return ParsedAction("", [], [_format_error(f"action must be a string, got {type(text).__name__}")])
-    reasoning_parts = [m.group(0) for m in THINK_BLOCK.finditer(text)]
-    visible = strip_reasoning(text)
-    reasoning = "\n".join(_strip_think_tags(p) for p in reasoning_parts).strip()
+    if "<think>" in text:
+        reasoning_parts = [m.group(0) for m in THINK_BLOCK.finditer(text)]
+        visible = strip_reasoning(text)
+        reasoning = "\n".join(_strip_think_tags(p) for p in reasoning_parts).strip()
+    else:  # the usual case: skip two regex passes that cannot match
+        visible, reasoning = text, ""
 
     if _OPEN_TAG in visible or _CLOSE_TAG in visible:
         return _parse_tagged(visible, reasoning)

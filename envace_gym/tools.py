@@ -43,17 +43,22 @@ class ToolSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise SchemaError(f"tool name must be a non-empty string, got {self.name!r}")
+        compiled = {}
         for label, schema in (("parameters", self.parameters), ("returns", self.returns)):
             if schema is None:
                 continue
-            problem = _schema_problem(json.dumps(schema, sort_keys=True, default=repr))
+            key = json.dumps(schema, sort_keys=True, default=repr)
+            problem = _schema_problem(key)
             if problem:
                 raise SchemaError(f"tool {self.name!r}: invalid {label} schema: {problem}")
+            compiled[label] = _compiled(key, schema)
         if self.parameters.get("type", "object") != "object":
             raise SchemaError(f"tool {self.name!r}: parameters must be an object schema")
         # Compiled validators are cached on the frozen instance.
-        object.__setattr__(self, "_args_validator", Draft202012Validator(self.parameters))
-        object.__setattr__(self, "_returns_validator", Draft202012Validator(self.returns) if self.returns else None)
+        args_validator, args_fast = compiled["parameters"]
+        object.__setattr__(self, "_args_validator", args_validator)
+        object.__setattr__(self, "_args_fast", args_fast)
+        object.__setattr__(self, "_returns_validator", compiled["returns"][0] if self.returns else None)
 
     # ----------------------------------------------------------------- constructors
     @classmethod
@@ -136,6 +141,9 @@ class ToolSpec:
         """Readable messages for every way ``arguments`` break the schema; empty when valid."""
         if not isinstance(arguments, dict):
             return [f"arguments must be a JSON object, got {type(arguments).__name__}"]
+        fast = self._args_fast  # type: ignore[attr-defined]
+        if fast is not None and FAST_VALIDATION and fast(arguments):
+            return []
         return _messages(self._args_validator, arguments)  # type: ignore[attr-defined]
 
     def validate_result(self, result: Any) -> list[str]:
@@ -152,6 +160,125 @@ def _schema_problem(schema_json: str) -> str | None:
     except jsonschema.SchemaError as exc:
         return exc.message
     return None
+
+
+# Building a validator costs far more than most validations and every task of a suite restates the same
+# tools: validators are shared between equal schemas. ``schema_json`` is the schema's sorted-key JSON; the
+# schema itself is compared too, since that JSON writes values it cannot encode with repr.
+_VALIDATORS: dict[str, tuple[Any, Draft202012Validator, Callable[[Any], bool] | None]] = {}
+
+
+def _compiled(schema_json: str, schema: dict[str, Any]) -> tuple[Draft202012Validator, Callable[[Any], bool] | None]:
+    hit = _VALIDATORS.get(schema_json)
+    if hit is not None and hit[0] == schema:
+        return hit[1], hit[2]
+    own = copy.deepcopy(schema)  # the cached validator must not see later edits of the caller's dict
+    entry = (own, Draft202012Validator(own), _fast_check(own))
+    if len(_VALIDATORS) < 4096:
+        _VALIDATORS[schema_json] = entry
+    return entry[1], entry[2]
+
+
+# Checking arguments with jsonschema costs tens of microseconds per call (it builds a validator per
+# subschema it descends into). Most tool schemas use a handful of keywords, so those are compiled into a
+# plain predicate that answers True only for instances jsonschema accepts too; any other answer, and any
+# schema with another keyword, goes to jsonschema, which alone writes the error messages.
+FAST_VALIDATION = True  # False: every check goes through jsonschema (for comparison)
+
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment", "deprecated"})
+_FAST_KEYWORDS = frozenset({"type", "enum", "properties", "required", "additionalProperties", "items", "anyOf"})
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+# Exact Python types per JSON type: narrower than jsonschema's isinstance checks, never wider.
+_JSON_TYPES: dict[str, frozenset[type]] = {
+    "string": frozenset({str}),
+    "integer": frozenset({int}),
+    "number": frozenset({int, float}),
+    "boolean": frozenset({bool}),
+    "null": frozenset({type(None)}),
+    "object": frozenset({dict}),
+    "array": frozenset({list}),
+}
+
+
+def _accept(value: Any) -> bool:
+    return True
+
+
+def _fast_check(schema: Any) -> Callable[[Any], bool] | None:
+    """A predicate that is True only where jsonschema finds no error; None when the schema is out of reach."""
+    if schema is True:
+        return _accept
+    if not isinstance(schema, dict) or not set(schema) - _ANNOTATIONS <= _FAST_KEYWORDS:
+        return None
+    types: frozenset[type] | None = None
+    if "type" in schema:
+        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if not all(isinstance(n, str) and n in _JSON_TYPES for n in names):
+            return None
+        types = frozenset().union(*(_JSON_TYPES[n] for n in names))
+    enum: frozenset[tuple[type, Any]] | None = None
+    if "enum" in schema:
+        values = schema["enum"]
+        if not isinstance(values, list) or not all(type(v) in _SCALAR_TYPES for v in values):
+            return None
+        enum = frozenset((type(v), v) for v in values)
+    props: dict[str, Callable[[Any], bool]] = {}
+    for name, sub in (schema.get("properties") or {}).items():
+        check = _fast_check(sub)
+        if check is None:
+            return None
+        props[name] = check
+    required = list(schema.get("required") or ())
+    if not all(isinstance(r, str) for r in required):
+        return None
+    extra = schema.get("additionalProperties", True)
+    extra_check = None if extra is False else _fast_check(extra)
+    if extra is not False and extra_check is None:
+        return None
+    items = None
+    if "items" in schema:
+        items = _fast_check(schema["items"])
+        if items is None:
+            return None
+    any_of = None
+    if "anyOf" in schema:
+        if not isinstance(schema["anyOf"], list) or not schema["anyOf"]:
+            return None
+        any_of = [_fast_check(s) for s in schema["anyOf"]]
+        if any(c is None for c in any_of):
+            return None
+    object_rules = bool(props or required or extra is not True)
+
+    def check(value: Any) -> bool:
+        t = type(value)
+        if types is not None and t not in types:
+            return False
+        if enum is not None and (t not in _SCALAR_TYPES or (t, value) not in enum):
+            return False
+        if object_rules:
+            if t is dict:
+                for name in required:
+                    if name not in value:
+                        return False
+                for name, v in value.items():
+                    sub = props.get(name)
+                    if sub is not None:
+                        if not sub(v):
+                            return False
+                    elif extra_check is None or not extra_check(v):
+                        return False
+            elif isinstance(value, dict):
+                return False  # a dict subclass: let jsonschema decide
+        if items is not None:
+            if t is list:
+                for v in value:
+                    if not items(v):
+                        return False
+            elif isinstance(value, list):
+                return False
+        return any_of is None or any(c(value) for c in any_of)
+
+    return check
 
 
 def _messages(validator: Draft202012Validator, instance: Any) -> list[str]:

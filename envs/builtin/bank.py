@@ -65,6 +65,8 @@ _PAYEES = {"train": ["landlord", "gym", "plumber", "school"], "test": ["dentist"
 class BankToolkit(Toolkit):
     """A small bank: ``state = {"accounts": {id: {...}}, "transactions": [...], "next_txn": int}``."""
 
+    run_inline = True  # bounded, pure tools over in-memory state: no watchdog thread needed
+
     def _account(self, account_id: str) -> dict[str, Any]:
         try:
             return self.state["accounts"][account_id]

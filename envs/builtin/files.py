@@ -164,6 +164,8 @@ class FilesToolkit(Toolkit):
     parent folder, so the state has one canonical form whatever order the calls came in.
     """
 
+    run_inline = True  # bounded, pure tools over in-memory state: no watchdog thread needed
+
     # ------------------------------------------------------------------ helpers
     @property
     def _files(self) -> dict[str, str]:

@@ -133,6 +133,8 @@ class RetailToolkit(Toolkit):
     shipping_address, refunded}}}``. Order statuses: pending, shipped, delivered, cancelled.
     """
 
+    run_inline = True  # bounded, pure tools over in-memory state: no watchdog thread needed
+
     def _order(self, order_id: str) -> dict[str, Any]:
         try:
             return self.state["orders"][order_id]

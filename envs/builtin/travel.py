@@ -57,6 +57,8 @@ class TravelToolkit(Toolkit):
     the same successful calls always yields the same ids (and the same state hash).
     """
 
+    run_inline = True  # bounded, pure tools over in-memory state: no watchdog thread needed
+
     # ------------------------------------------------------------------ lookups
     def _city(self, name: str) -> str:
         wanted = name.strip().lower()

@@ -1,0 +1,177 @@
+"""Env steps per second on the builtin mix: the old backend path (deep copies) vs the current one.
+
+One process, one core: ``gym.make("EnvACE-ToolCall-v0", split="train").unwrapped`` (the bare env, without
+gymnasium's checker wrappers; ``--wrapped`` keeps them) is stepped by a scripted policy, and each step is
+timed end to end: the policy's ``act``, ``env.step`` and the ``reset`` that follows a finished episode.
+Policies: ``random`` (schema-valid and invalid calls, broken JSON, unknown tools, answers) and ``oracle``
+(each task's reference trajectory). Paths:
+
+* ``old``: ``rollback="deepcopy"`` (the whole backend state deep-copied before every call and at every
+  reset, a new watchdog thread per call, a JSON round trip per result) and every argument check through
+  jsonschema (``envace_gym.tools.FAST_VALIDATION = False``);
+* ``new``: copy-on-write rollback, the compiled argument check, and the builtin toolkits' tools run in
+  the caller's thread (they declare ``run_inline``);
+* ``new-watchdog`` (with ``--paths``): ``new`` but every call still handed to a (pooled) watchdog thread,
+  as for toolkits that do not declare ``run_inline``.
+
+Both paths play the same seeded episodes. The first ``--warmup`` steps of each run are not timed; tasks
+met for the first time still fill per-task caches (the reference state hash, the task's ToolSpecs), which
+a short run pays for and a long training run does not: ``--prewarm`` plays every train task once (oracle)
+before timing, to measure that steady state. Runs alternate between the paths ``--repeat`` times and the
+median is reported, since a shared machine is noisy.
+
+    python benchmarks/env_step.py [--steps 20000] [--seconds 10] [--policies random oracle] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import gymnasium as gym
+
+import envace_gym  # noqa: F401  (registers the env)
+from envace_gym import tools
+from envace_gym.agents.scripted import OraclePolicy, RandomPolicy
+from envace_gym.backends import python as python_backend
+
+PATHS = {
+    "old": {"rollback": "deepcopy", "fast_validation": False, "inline": False},
+    "new": {"rollback": "cow", "fast_validation": True, "inline": True},
+    "new-watchdog": {"rollback": "cow", "fast_validation": True, "inline": False},
+}
+
+
+def configure(path: str) -> None:
+    python_backend.DEFAULT_ROLLBACK = PATHS[path]["rollback"]
+    python_backend.INLINE_TOOLKITS = PATHS[path]["inline"]
+    tools.FAST_VALIDATION = PATHS[path]["fast_validation"]
+
+
+def make_env(wrapped: bool) -> Any:
+    env = gym.make("EnvACE-ToolCall-v0", split="train")
+    return env if wrapped else env.unwrapped
+
+
+def make_policy(name: str, env: Any, seed: int) -> Any:
+    return RandomPolicy(seed=seed) if name == "random" else OraclePolicy(env.unwrapped.suite)
+
+
+def prewarm(env: Any) -> None:
+    """One oracle episode per task of the pool: fills every per-task cache."""
+    policy = OraclePolicy(env.unwrapped.suite)
+    for task in env.unwrapped.pool:
+        policy.reset()
+        obs, info = env.reset(options={"task_id": task.id})
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(policy.act(obs, info))
+            done = terminated or truncated
+
+
+def run(path: str, policy_name: str, args: argparse.Namespace) -> dict[str, Any]:
+    configure(path)
+    env = make_env(args.wrapped)
+    if args.prewarm:
+        prewarm(env)
+    policy = make_policy(policy_name, env, args.seed)
+    policy.reset()
+    obs, info = env.reset(seed=args.seed)
+    steps = episodes = 0
+    start = cpu_start = None
+    deadline = float("inf")
+    total = args.warmup + args.steps
+    for i in range(total):
+        if i == args.warmup:
+            start, cpu_start = time.perf_counter(), time.process_time()
+            deadline = start + args.seconds
+        obs, _, terminated, truncated, info = env.step(policy.act(obs, info))
+        if terminated or truncated:
+            policy.reset()
+            obs, info = env.reset()
+            if start is not None:
+                episodes += 1
+        if start is not None:
+            steps += 1
+            if steps % 256 == 0 and time.perf_counter() >= deadline:
+                break
+    elapsed = time.perf_counter() - (start if start is not None else time.perf_counter())
+    cpu = time.process_time() - (cpu_start if cpu_start is not None else time.process_time())
+    env.close()
+    configure("new")
+    return {
+        "path": path,
+        "policy": policy_name,
+        "steps": steps,
+        "episodes": episodes,
+        "seconds": round(elapsed, 3),
+        "steps_per_s": steps / elapsed if elapsed > 0 else 0.0,
+        "steps_per_cpu_s": steps / cpu if cpu > 0 else 0.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=20_000, help="timed steps per run (at most)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="stop a run after this many timed seconds")
+    parser.add_argument("--warmup", type=int, default=500, help="untimed steps at the start of each run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per path and policy (median reported)")
+    parser.add_argument("--policies", nargs="+", default=["random", "oracle"], choices=["random", "oracle"])
+    parser.add_argument("--paths", nargs="+", default=["old", "new"], choices=list(PATHS))
+    parser.add_argument("--prewarm", action="store_true", help="play every train task once before timing")
+    parser.add_argument("--wrapped", action="store_true", help="step gym.make's wrappers, not .unwrapped")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    args = parser.parse_args()
+
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _ in range(args.repeat):
+        for policy_name in args.policies:
+            for path in args.paths:
+                runs.setdefault((policy_name, path), []).append(run(path, policy_name, args))
+
+    table = []
+    for policy_name in args.policies:
+        row: dict[str, Any] = {"policy": policy_name}
+        for path in args.paths:
+            rates = [r["steps_per_s"] for r in runs[(policy_name, path)]]
+            cpu_rates = [r["steps_per_cpu_s"] for r in runs[(policy_name, path)]]
+            row[path] = {
+                "steps_per_s": round(statistics.median(rates)),
+                "steps_per_cpu_s": round(statistics.median(cpu_rates)),
+                "runs": [round(x) for x in rates],
+                "steps": [r["steps"] for r in runs[(policy_name, path)]],
+            }
+        if "old" in row and "new" in row and row["old"]["steps_per_s"]:
+            row["ratio"] = round(row["new"]["steps_per_s"] / row["old"]["steps_per_s"], 1)
+        table.append(row)
+
+    setup = {
+        "env": "gym.make('EnvACE-ToolCall-v0', split='train')" + ("" if args.wrapped else ".unwrapped"),
+        "prewarm": args.prewarm,
+        "warmup": args.warmup,
+        "repeat": args.repeat,
+    }
+    if args.json:
+        print(json.dumps({"setup": setup, "results": table}, indent=2))
+        return
+    print(f"env steps/s, one process; {setup['env']}; warm-up {args.warmup} steps; prewarm={args.prewarm}")
+    print(f"median of {args.repeat} runs, each at most {args.steps} steps or {args.seconds:g}s")
+    print("steps/s: wall clock; per CPU s: steps per second of this process's CPU time (all its threads)")
+    header = f"{'policy':<8}" + "".join(f"{p + ' steps/s':>22}{'per CPU s':>11}" for p in args.paths)
+    header += f"{'new/old':>9}" if "ratio" in table[0] else ""
+    print(header)
+    for row in table:
+        line = f"{row['policy']:<8}" + "".join(
+            f"{row[p]['steps_per_s']:>22,}{row[p]['steps_per_cpu_s']:>11,}" for p in args.paths
+        )
+        if "ratio" in row:
+            line += f"{row['ratio']:>8}x"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
