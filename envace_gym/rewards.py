@@ -182,6 +182,13 @@ class RewardContext:
     env: Any = None
     expected_state_hash: Callable[[], str] | None = None
     expected_calls: Sequence[Mapping[str, Mapping[str, list[Any]]]] | None = None
+    final_state_hash: Callable[[], str | None] | None = None
+
+    def final_hash(self) -> str | None:
+        """The episode's final state hash: ``record.final_state_hash``, or computed on demand by the env."""
+        if self.record.final_state_hash is None and self.final_state_hash is not None:
+            return self.final_state_hash()
+        return self.record.final_state_hash
 
 
 RewardBasis = Callable[[RewardContext], float]
@@ -210,7 +217,7 @@ def _call_match_basis(ctx: RewardContext) -> float:
 def _state_match_basis(ctx: RewardContext) -> float:
     if ctx.expected_state_hash is None:
         raise ValueError(f"task {ctx.task.id!r} is graded on state_match but no reference state is available")
-    return state_match(ctx.record.final_state_hash, ctx.expected_state_hash())
+    return state_match(ctx.final_hash(), ctx.expected_state_hash())
 
 
 def _answer_match_basis(ctx: RewardContext) -> float:
@@ -229,10 +236,12 @@ def score_episode(
     expected_state_hash: Callable[[], str] | None = None,
     expected_calls: Iterable[Mapping[str, Mapping[str, list[Any]]]] | None = None,
     env: Any = None,
+    final_state_hash: Callable[[], str | None] | None = None,
 ) -> tuple[float, dict[str, float]]:
-    """Reward (product of the task's bases, each scored by its registered function) and the components."""
+    """Reward (product of the task's bases, each scored by its registered function) and the components.
+    ``final_state_hash`` computes the final state's hash when ``record`` has none and a basis needs it."""
     exp = list(expected_calls) if expected_calls is not None else None
-    ctx = RewardContext(task, record, env, expected_state_hash, exp)
+    ctx = RewardContext(task, record, env, expected_state_hash, exp, final_state_hash)
     components: dict[str, float] = {}
     for basis in task.reward:
         score = _BASES.get(basis)

@@ -1,4 +1,5 @@
 import json
+import keyword
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,9 +18,8 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=10,
 )
-identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True).filter(
-    lambda s: s not in {"True", "False", "None"}
-)
+# Python keywords ("in", "if") cannot name a call in Python syntax.
+identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True).filter(lambda s: not keyword.iskeyword(s))
 names = st.builds(lambda parts: ".".join(parts), st.lists(identifiers, min_size=1, max_size=3))
 
 
