@@ -21,6 +21,52 @@ __all__ = ["ReferenceRecorder", "task_rng", "pick_template", "generate_tasks", "
 SPLITS = ("train", "test")
 
 
+# Disjoint name pools shared by the domains, so the test split only has people never seen in training.
+FIRST_NAMES = {
+    "train": [
+        "Ana",
+        "Bruno",
+        "Carla",
+        "Diego",
+        "Elena",
+        "Farid",
+        "Greta",
+        "Hugo",
+        "Ines",
+        "Jonas",
+        "Kira",
+        "Luis",
+        "Mona",
+        "Nils",
+        "Olga",
+        "Pavel",
+        "Rosa",
+        "Sami",
+        "Tara",
+        "Umar",
+    ],
+    "test": ["Vera", "Wim", "Xenia", "Yusuf", "Zoe", "Anouk", "Bilal", "Chiara"],
+}
+
+LAST_NAMES = {
+    "train": [
+        "Silva",
+        "Costa",
+        "Novak",
+        "Berg",
+        "Duarte",
+        "Kowalski",
+        "Moreau",
+        "Haddad",
+        "Lind",
+        "Ferreira",
+        "Rossi",
+        "Weber",
+    ],
+    "test": ["Okafor", "Tanaka", "Petrov", "Lindqvist", "Mendes"],
+}
+
+
 def task_rng(domain: str, split: str, index: int, seed: int = 0) -> random.Random:
     """A per-task RNG, so each task is reproducible on its own and independent of the suite size."""
     return random.Random(f"envace/{domain}/{split}/{index}/{seed}")

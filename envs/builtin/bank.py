@@ -8,7 +8,7 @@ from typing import Any
 from envace_gym.backends import PythonBackend, Toolkit, tool
 from envace_gym.tasks import Task
 
-from ._common import ReferenceRecorder, generate_tasks, pick_template
+from ._common import FIRST_NAMES, LAST_NAMES, ReferenceRecorder, generate_tasks, pick_template
 
 DOMAIN = "bank"
 BACKEND = f"builtin/{DOMAIN}"
@@ -16,49 +16,7 @@ SYSTEM = "You are a banking assistant. Use the bank's tools to look up accounts 
 
 RATES = {"EUR": 1.0, "USD": 1.08, "GBP": 0.85, "CHF": 0.95, "JPY": 162.0}  # units per 1 EUR
 
-# Disjoint name pools so the test split only has people never seen in training.
-_FIRST = {
-    "train": [
-        "Ana",
-        "Bruno",
-        "Carla",
-        "Diego",
-        "Elena",
-        "Farid",
-        "Greta",
-        "Hugo",
-        "Ines",
-        "Jonas",
-        "Kira",
-        "Luis",
-        "Mona",
-        "Nils",
-        "Olga",
-        "Pavel",
-        "Rosa",
-        "Sami",
-        "Tara",
-        "Umar",
-    ],
-    "test": ["Vera", "Wim", "Xenia", "Yusuf", "Zoe", "Anouk", "Bilal", "Chiara"],
-}
-_LAST = {
-    "train": [
-        "Silva",
-        "Costa",
-        "Novak",
-        "Berg",
-        "Duarte",
-        "Kowalski",
-        "Moreau",
-        "Haddad",
-        "Lind",
-        "Ferreira",
-        "Rossi",
-        "Weber",
-    ],
-    "test": ["Okafor", "Tanaka", "Petrov", "Lindqvist", "Mendes"],
-}
+# Disjoint pools (names: _common.FIRST_NAMES), so the test split only has payees never seen in training.
 _PAYEES = {"train": ["landlord", "gym", "plumber", "school"], "test": ["dentist", "florist"]}
 
 
@@ -169,7 +127,7 @@ def make_backend(**kwargs: Any) -> PythonBackend:
 def _world(rng: random.Random, split: str, people: int = 3) -> tuple[dict[str, Any], list[str]]:
     names: list[str] = []
     while len(names) < people:
-        name = f"{rng.choice(_FIRST[split])} {rng.choice(_LAST[split])}"
+        name = f"{rng.choice(FIRST_NAMES[split])} {rng.choice(LAST_NAMES[split])}"
         if name not in names:
             names.append(name)
     accounts: dict[str, Any] = {}

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from envace_gym.backends import PythonBackend, Toolkit, tool
 from envace_gym.tasks import Task
 
-from ._common import ReferenceRecorder, generate_tasks, pick_template
+from ._common import FIRST_NAMES, LAST_NAMES, ReferenceRecorder, generate_tasks, pick_template
 
 DOMAIN = "retail"
 BACKEND = f"builtin/{DOMAIN}"
@@ -26,48 +26,6 @@ _REASON_TEXT = {
 }
 
 # Disjoint entity pools, so the test split only has people, products and places never seen in training.
-_FIRST = {
-    "train": [
-        "Ana",
-        "Bruno",
-        "Carla",
-        "Diego",
-        "Elena",
-        "Farid",
-        "Greta",
-        "Hugo",
-        "Ines",
-        "Jonas",
-        "Kira",
-        "Luis",
-        "Mona",
-        "Nils",
-        "Olga",
-        "Pavel",
-        "Rosa",
-        "Sami",
-        "Tara",
-        "Umar",
-    ],
-    "test": ["Vera", "Wim", "Xenia", "Yusuf", "Zoe", "Anouk", "Bilal", "Chiara"],
-}
-_LAST = {
-    "train": [
-        "Silva",
-        "Costa",
-        "Novak",
-        "Berg",
-        "Duarte",
-        "Kowalski",
-        "Moreau",
-        "Haddad",
-        "Lind",
-        "Ferreira",
-        "Rossi",
-        "Weber",
-    ],
-    "test": ["Okafor", "Tanaka", "Petrov", "Lindqvist", "Mendes"],
-}
 _PRODUCTS = {
     "train": [
         "Desk Lamp",
@@ -307,7 +265,7 @@ def _world(rng: random.Random, split: str) -> tuple[dict[str, Any], str]:
     used: set[str] = set()
     names: list[str] = []
     while len(names) < 3:
-        name = f"{rng.choice(_FIRST[split])} {rng.choice(_LAST[split])}"
+        name = f"{rng.choice(FIRST_NAMES[split])} {rng.choice(LAST_NAMES[split])}"
         if name not in names:
             names.append(name)
     customers = {}

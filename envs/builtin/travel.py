@@ -16,7 +16,7 @@ from typing import Any
 from envace_gym.backends import PythonBackend, Toolkit, tool
 from envace_gym.tasks import Task
 
-from ._common import ReferenceRecorder, generate_tasks, pick_template
+from ._common import LAST_NAMES, ReferenceRecorder, generate_tasks, pick_template
 
 DOMAIN = "travel"
 BACKEND = f"builtin/{DOMAIN}"
@@ -301,23 +301,6 @@ _FIRST = {
     ],
     "test": ["Vera", "Wim", "Xenia", "Yusuf", "Zoe", "Anouk", "Bilal", "Chiara"],
 }
-_LAST = {
-    "train": [
-        "Silva",
-        "Costa",
-        "Novak",
-        "Berg",
-        "Duarte",
-        "Kowalski",
-        "Moreau",
-        "Haddad",
-        "Lind",
-        "Ferreira",
-        "Rossi",
-        "Weber",
-    ],
-    "test": ["Okafor", "Tanaka", "Petrov", "Lindqvist", "Mendes"],
-}
 _TITLES = {
     "train": [
         "Team sync",
@@ -442,7 +425,7 @@ def _world(rng: random.Random, split: str) -> _World:
     dates = [(first + dt.timedelta(days=d)).isoformat() for d in sorted(rng.sample(range(12), 3))]
     names: list[str] = []
     while len(names) < 4:
-        name = f"{rng.choice(_FIRST[split])} {rng.choice(_LAST[split])}"
+        name = f"{rng.choice(_FIRST[split])} {rng.choice(LAST_NAMES[split])}"
         if name not in names:
             names.append(name)
     state: dict[str, Any] = {
