@@ -210,7 +210,7 @@ def reward_bases() -> tuple[str, ...]:
 
 
 def _call_match_basis(ctx: RewardContext) -> float:
-    exp = list(ctx.expected_calls) if ctx.expected_calls is not None else expected_calls_from_reference(ctx.task)
+    exp = ctx.expected_calls if ctx.expected_calls is not None else ctx.task.expected_calls
     return call_match(ctx.record.calls, exp)
 
 

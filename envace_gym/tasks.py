@@ -107,6 +107,14 @@ class Task:
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         return tuple(ToolSpec.from_openai(t) for t in self.tools)
 
+    @cached_property
+    def expected_calls(self) -> tuple[dict[str, dict[str, list[Any]]], ...]:
+        """``call_match``'s possible answers from the reference calls, built once per task
+        (:func:`envace_gym.rewards.expected_calls_from_reference`)."""
+        from .rewards import expected_calls_from_reference  # rewards imports tasks only for typing
+
+        return tuple(expected_calls_from_reference(self))
+
     @property
     def reference_calls(self) -> list[RefCall]:
         return [c for turn in self.reference for c in turn.calls]
