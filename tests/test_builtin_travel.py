@@ -11,6 +11,7 @@ from domain_checks import reference_hash
 from envace_gym.backends import PythonBackend
 from envace_gym.calls import ErrorCode, ToolCall
 from envace_gym.envs.builtin import travel
+from envace_gym.envs.builtin._common import LAST_NAMES
 from envace_gym.rewards import EpisodeRecord, score_episode
 from envace_gym.tasks import Task
 
@@ -364,7 +365,7 @@ def test_splits_use_disjoint_entities(suites):
     train, test = entities(suites["train"]), entities(suites["test"])
     for tr, te in zip(train, test, strict=True):
         assert tr and te and not tr & te
-    for pool in (travel._CITIES, travel._FIRST, travel._LAST, travel._TITLES):
+    for pool in (travel._CITIES, travel._FIRST, LAST_NAMES, travel._TITLES):
         assert not set(pool["train"]) & set(pool["test"])
 
 
