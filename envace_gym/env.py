@@ -319,8 +319,9 @@ class ToolCallEnv(gym.Env[str, str]):
             call_id = self._next_call_id()
             self.messages.append({"role": "tool", "tool_call_id": call_id, "name": err.tool or "", "content": content})
             shown.append(content)
+        stopped = False  # a fatal result ends the step: later calls are not run
         for call in calls:
-            if any(r.fatal for r in results):
+            if stopped:
                 result = ToolResult.failure(
                     call, ErrorCode.TOOL_EXECUTION_ERROR, "not run: an earlier imagined result was unusable"
                 )
@@ -331,6 +332,7 @@ class ToolCallEnv(gym.Env[str, str]):
                     message = f"backend error: {type(exc).__name__}: {exc}"
                     result = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
             results.append(result)
+            stopped = stopped or result.fatal
             if result.ok:
                 self.record.calls.append(ToolCall(call.name, call.arguments))
             content = clip(result.to_message_content(), self.max_result_chars)

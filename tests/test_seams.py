@@ -97,11 +97,6 @@ def test_an_mcp_backend_refuses_to_be_copied_with_a_reason():
 
 
 # ---------------------------------------------------------------------------- wrappers configure, never patch
-def _config(env) -> dict:
-    base = env.unwrapped
-    return {k: v for k, v in vars(base).items() if k in ("backend_spec", "max_turns", "tool_timeout", "_backends")}
-
-
 def test_the_rehearsal_wrapper_leaves_the_base_env_as_it_was():
     inner = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test")
     base = inner.unwrapped

@@ -11,8 +11,8 @@ import gymnasium as gym
 
 from ..calls import ToolCall
 from .backend import ActorContext, ImaginedBackend
-from .prompt import GROUNDINGS, format_execution_result
-from .protocol import MODES, Imaginer, ImagineRequest
+from .prompt import format_execution_result
+from .protocol import Imaginer, ImagineRequest
 
 __all__ = ["SelfRehearsalEnv", "RealResultImaginer", "ON_INVALID"]
 
@@ -50,13 +50,10 @@ class SelfRehearsalEnv(gym.Wrapper):
         max_result_chars: int = 16_384,
     ) -> None:
         super().__init__(env)
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if grounding not in GROUNDINGS:
-            raise ValueError(f"grounding must be one of {GROUNDINGS}, got {grounding!r}")
         if on_invalid not in ON_INVALID:
             raise ValueError(f"on_invalid must be one of {ON_INVALID}, got {on_invalid!r}")
         self.policy, self.mode, self.on_invalid = policy, mode, on_invalid
+        # ImaginedBackend checks mode and grounding.
         base = env.unwrapped
         # An inline result becomes the message verbatim, so it must fit without the env clipping it.
         limit = min(max_result_chars, base.max_result_chars) if mode == "inline" else max_result_chars
