@@ -177,6 +177,12 @@ class LMPolicy:
                 gen.text, gen.stop_text = gen.text[: -len(closing)], closing + gen.stop_text
         return gens
 
+    def reseed(self, seed: int) -> None:
+        """Restart the env role's sampling stream at ``seed`` (the actor's stream is seeded per
+        :func:`~envace_gym.agents.rollout.collect` call), e.g. at each training step, so a resumed run draws
+        what an uninterrupted one did."""
+        self._env_role_rng = torch.Generator().manual_seed(seed + 1)
+
     def _inline_prompt(self, request: ImagineRequest) -> tuple[list[int], int, str, str]:
         text, closing = self.chat.tool_turn(request.messages, request.tools, request.tool)
         ctx_ids, ctx_text = request.context_ids, request.context_text

@@ -3,8 +3,9 @@
 A ``SelfRehearsalEnv`` asks its imaginer for one result at a time, from inside ``env.step``. When the
 rollout engine steps several such envs, it runs their steps in threads and gives them a
 :class:`BatchingImaginer`: each request waits until every still-running step is either waiting too or
-done, and then all waiting requests go to the policy in one batched ``imagine_batch`` call. Generation
-itself always runs in one thread at a time.
+done, and then all waiting requests go to the policy in one batched ``imagine_batch`` call, in the order of
+the envs (not of thread arrival), so that seeded sampling draws the same tokens for the same env on every
+run. Generation itself always runs in one thread at a time.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ __all__ = ["BatchingImaginer", "step_concurrently"]
 
 
 class _Pending:
-    __slots__ = ("request", "result", "error", "done")
+    __slots__ = ("request", "order", "result", "error", "done")
 
-    def __init__(self, request: ImagineRequest) -> None:
+    def __init__(self, request: ImagineRequest, order: tuple[int, int]) -> None:
         self.request = request
+        self.order = order
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False
@@ -44,9 +46,16 @@ class BatchingImaginer:
         self._cv = threading.Condition()
         self._waiting: list[_Pending] = []
         self._generating = False
+        self._local = threading.local()  # which env this thread steps (set by step_concurrently)
+
+    def bind_order(self, index: int) -> None:
+        """The calling thread steps env ``index``: its requests go first in a batch with later envs'."""
+        self._local.order, self._local.seq = index, 0
 
     def imagine(self, request: ImagineRequest) -> Any:
-        item = _Pending(request)
+        seq = getattr(self._local, "seq", 0)
+        self._local.seq = seq + 1
+        item = _Pending(request, (getattr(self._local, "order", 0), seq))
         with self._cv:
             self._waiting.append(item)
             self._cv.notify_all()
@@ -69,7 +78,7 @@ class BatchingImaginer:
 
     def _run_batch(self) -> None:
         # Called with the lock held; generation runs without it so waiting threads are not blocked on it.
-        batch, self._waiting = self._waiting, []
+        batch, self._waiting = sorted(self._waiting, key=lambda p: p.order), []
         self._generating = True
         self._cv.release()
         try:
@@ -94,11 +103,13 @@ def step_concurrently(
     """Run each ``(step, imaginer)`` (``step`` is one ``env.step``) in ``pool`` and return the results in
     order; env-role requests made meanwhile are answered in batches by their ``imaginer``."""
 
-    def run(step: Callable[[], Any], imaginer: BatchingImaginer | None) -> Any:
+    def run(index: int, step: Callable[[], Any], imaginer: BatchingImaginer | None) -> Any:
+        if imaginer is not None:
+            imaginer.bind_order(index)
         try:
             return step()
         finally:
             if imaginer is not None:
                 imaginer.step_done()
 
-    return [f.result() for f in [pool.submit(run, step, im) for step, im in steps]]
+    return [f.result() for f in [pool.submit(run, i, step, im) for i, (step, im) in enumerate(steps)]]

@@ -21,10 +21,11 @@ import torch
 from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.chat import encode_conversation
-from envace_gym.agents.lm.engine import cache_kwarg
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.rehearsal import ImagineRequest, RealResultImaginer, SelfRehearsalEnv
+
+from .logprobs import token_logprobs
 
 __all__ = ["SFTConfig", "SFTExample", "build_sft_examples", "train_sft"]
 
@@ -212,40 +213,14 @@ def _collate(
 
 
 def actor_token_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Token-mean cross-entropy on labelled positions only.
+    """Token-mean cross-entropy on labelled positions only (see :func:`.logprobs.token_logprobs`).
 
-    The LM head (576 x 49k for SmolLM2) runs only where there is a label: actor tokens are a small share of
-    each sequence, so this skips most of the largest matmul and its softmax. With ``head_ids`` in the batch
-    (the system+tools prefix shared by every row), the head is encoded once without gradient and the rows
-    attend to its keys and values: about half of each example's tokens skip the backward pass. The
-    weights still learn from every actor token; only the head's own activations are held fixed.
+    With ``head_ids`` in the batch (the system+tools prefix shared by every row), the head is encoded once
+    without gradient and the rows attend to its keys and values: about half of each example's tokens skip
+    the backward pass. The weights still learn from every actor token; only the head's own activations are
+    held fixed.
     """
-    core = model.get_base_model() if hasattr(model, "get_base_model") else model
-    decoder = core.get_decoder()
-    kwargs: dict[str, Any] = {"attention_mask": batch["attention_mask"]}
-    if "head_ids" in batch:
-        from transformers import DynamicCache
-
-        rows, head = batch["input_ids"].shape[0], batch["head_ids"].shape[1]
-        with torch.no_grad():
-            cache = DynamicCache()
-            decoder(input_ids=batch["head_ids"], use_cache=True, **{cache_kwarg(decoder): cache})
-        layers = [
-            (layer.keys.expand(rows, -1, -1, -1).contiguous(), layer.values.expand(rows, -1, -1, -1).contiguous())
-            for layer in cache.layers
-        ]
-        width = batch["input_ids"].shape[1]
-        kwargs = {
-            "attention_mask": torch.cat([torch.ones((rows, head), dtype=torch.long), batch["attention_mask"]], dim=1),
-            "position_ids": torch.arange(head, head + width).expand(rows, -1),
-            "use_cache": True,
-            cache_kwarg(decoder): DynamicCache(ddp_cache_data=layers),
-        }
-    hidden = decoder(input_ids=batch["input_ids"], **kwargs).last_hidden_state
-    labels = batch["labels"][:, 1:]
-    keep = labels != -100
-    logits = core.get_output_embeddings()(hidden[:, :-1][keep]).float()
-    return torch.nn.functional.cross_entropy(logits, labels[keep])
+    return -token_logprobs(model, batch).mean()
 
 
 def _apply_lora(policy: LMPolicy, cfg: SFTConfig) -> Any:

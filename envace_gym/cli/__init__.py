@@ -1,4 +1,4 @@
-"""The ``envace`` command: ``list``, ``eval``, ``sft``, ``fidelity`` and ``demo``.
+"""The ``envace`` command: ``list``, ``eval``, ``sft``, ``train``, ``fidelity`` and ``demo``.
 
 The CLI is the one place allowed to import the core (``envace_gym``), the envs (``envace_gym.envs``) and
 the agents (``envace_gym.agents``) together: the core knows neither, the envs do not import the agents, and
@@ -16,8 +16,8 @@ Configs drive the CLI. A command is a module here with
   status.
 
 and one line in :data:`COMMANDS` (name -> module, one-line help). Modules are imported only when their
-command runs, so ``envace list`` does not import torch. For example an RL trainer command, ``envace train``,
-is a ``train_cmd.py`` with ``CONFIGS = (EnvArgs, EnvACEConfig, RunArgs, SamplingArgs)`` and a ``run``.
+command runs, so ``envace list`` does not import torch. For example ``envace train`` is ``train_cmd.py`` with
+``CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs)`` and a ``run``.
 
 User errors (an unknown env, suite, policy or backend, a bad task file, a ``ValueError`` from a config
 check) print one ``envace: error: ...`` line on stderr and exit with status 2; ``ENVACE_DEBUG=1`` re-raises
@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("list_cmd", "list env ids and task suites with their sizes"),
     "eval": ("eval_cmd", "evaluate a policy on an env"),
     "sft": ("sft", "supervised warm start on the train split's reference trajectories"),
+    "train": ("train_cmd", "EnvACE training (role-wise GRPO) under imagination or on real tools"),
     "fidelity": ("fidelity", "how close imagined tool results are to the real ones"),
     "demo": ("demo", "the main job: evaluate, warm-start and re-evaluate the embedded model"),
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,13 @@ from ..backends.base import Backend, ToolResult, replayed_state_hash, state_dige
 from ..calls import ErrorCode, ToolCall
 from ..tasks import Task
 from ..tools import ToolSpec
-from .prompt import GROUNDINGS, build_simulator_prompt, parse_execution_result, parse_inline_result
+from .prompt import (
+    GROUNDINGS,
+    build_simulator_prompt,
+    format_execution_result,
+    parse_execution_result,
+    parse_inline_result,
+)
 from .protocol import MODES, EnvRoleSample, Imaginer, ImagineRequest
 
 __all__ = ["ActorContext", "ImaginedBackend"]
@@ -46,6 +53,9 @@ class ImaginedBackend:
         max_result_chars: longer answers are unusable.
         real_backend: ``task -> Backend`` for ``state_hash`` (default: the task's registered real backend).
         end_on_failure: mark unusable answers ``fatal`` (the paper's rule).
+        real_fraction: grounded imagination: a shadow real backend runs every call that passes the checks
+            (so its state follows the episode), and this share of the env-role samples, drawn at random, get
+            the real result as ``sample.target``. What the actor sees is always the imagined result.
     """
 
     def __init__(
@@ -56,7 +66,10 @@ class ImaginedBackend:
         max_result_chars: int = 16_384,
         real_backend: Callable[[Task], Backend] | None = None,
         end_on_failure: bool = True,
+        real_fraction: float = 0.0,
     ) -> None:
+        if not 0.0 <= real_fraction <= 1.0:
+            raise ValueError(f"real_fraction must be in [0, 1], got {real_fraction}")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if grounding not in GROUNDINGS:
@@ -67,12 +80,15 @@ class ImaginedBackend:
         self.max_result_chars = max_result_chars
         self.real_backend = real_backend or (lambda task: make_backend(task.backend, timeout=None))
         self.end_on_failure = end_on_failure
+        self.real_fraction = real_fraction
         self.context: ActorContext | None = None  # inline mode: the actor's exact context, when known
         self.task: Task | None = None
         self.tools: list[ToolSpec] = []
         self.call_count = 0
         self._messages: list[dict[str, Any]] = []
         self._ok_calls: list[ToolCall] = []
+        self._shadow: Backend | None = None  # grounded imagination's real backend, in step with the episode
+        self._grounding_rng = random.Random(0)
 
     # ------------------------------------------------------------------ protocol
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
@@ -82,6 +98,11 @@ class ImaginedBackend:
         self.context = None
         self._messages = []
         self._ok_calls = []
+        self._shadow = None
+        if task is not None and self.real_fraction > 0:
+            self._shadow = self.real_backend(task)
+            self._shadow.reset(task, seed=seed)
+            self._grounding_rng = random.Random(f"{seed}:{task.id}")  # str seeds hash the same in every process
 
     def bind_conversation(self, messages: list[dict[str, Any]]) -> None:
         """The env's live message list (read, never written): what the env role is shown."""
@@ -114,6 +135,7 @@ class ImaginedBackend:
             valid=reason is None,
             error=reason,
         )
+        self._ground(call, sample, getattr(gen, "stop_text", "") or "")
         if self.mode == "inline":
             # What the rollout engine needs to splice the result's tokens into the actor's stream.
             sample.prompt_text = getattr(gen, "prompt_text", "") or ""
@@ -145,9 +167,23 @@ class ImaginedBackend:
         clone = copy.copy(self)
         clone._ok_calls = list(self._ok_calls)
         clone.context = None
+        clone._shadow = self._shadow.copy() if self._shadow is not None else None
+        clone._grounding_rng = random.Random()
+        clone._grounding_rng.setstate(self._grounding_rng.getstate())
         return clone
 
     # ------------------------------------------------------------------ internals
+    def _ground(self, call: ToolCall, sample: EnvRoleSample, stop_text: str) -> None:
+        """Grounded imagination: run ``call`` on the shadow real backend; maybe keep its result as the target
+        (written as the env role should have written it, ending as its generation ended: ``stop_text``)."""
+        if self._shadow is None:
+            return
+        real = self._shadow.execute(call)
+        if self._grounding_rng.random() < self.real_fraction:
+            inline = self.mode == "inline"
+            answer = real.to_message_content() if inline else format_execution_result(real.payload())
+            sample.target = answer + stop_text
+
     def _request(self, call: ToolCall) -> ImagineRequest:
         assert self.task is not None
         if self.mode == "prompted":

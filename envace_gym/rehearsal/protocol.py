@@ -48,7 +48,8 @@ class EnvRoleSample:
     ``prompt_ids`` is what the env role saw (the simulator prompt, or inline the actor's context up to the
     tool-message header), ``completion_ids``/``logprobs`` what it generated. ``valid`` is False when the
     answer was unusable (``error`` says why). ``prompt_text``/``completion_text`` (inline mode) let the
-    rollout engine splice the answer into the actor's token stream.
+    rollout engine splice the answer into the actor's token stream. ``target`` (grounded imagination) is
+    what the env role should have answered, from the real backend, when this call was also run for real.
     """
 
     prompt_ids: list[int]
@@ -60,6 +61,7 @@ class EnvRoleSample:
     error: str | None = None
     prompt_text: str = ""
     completion_text: str = ""
+    target: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -32,6 +32,8 @@ class SelfRehearsalEnv(gym.Wrapper):
         grounding: ``"reference"`` (few-shot pairs from the task's reference trajectory) or ``"none"``.
         on_invalid: ``"end"`` (an unusable answer ends the episode with reward 0, the paper's rule) or
             ``"error_observation"`` (the agent sees a ``TOOL_EXECUTION_ERROR`` and goes on).
+        real_fraction: grounded imagination (see :class:`ImaginedBackend`): this share of the env-role samples
+            carries the real backend's answer as ``sample.target``; the actor still sees the imagined one.
 
     The wrapper configures and never patches: it owns an :class:`ImaginedBackend` and gives it to the env
     for each episode through ``reset(options={"backend": ...})``; the wrapped env's own configuration is
@@ -48,6 +50,7 @@ class SelfRehearsalEnv(gym.Wrapper):
         grounding: str = "reference",
         on_invalid: str = "end",
         max_result_chars: int = 16_384,
+        real_fraction: float = 0.0,
     ) -> None:
         super().__init__(env)
         if on_invalid not in ON_INVALID:
@@ -64,6 +67,7 @@ class SelfRehearsalEnv(gym.Wrapper):
             max_result_chars=limit,
             real_backend=base.real_backend_for,
             end_on_failure=on_invalid == "end",
+            real_fraction=real_fraction,
         )
 
     @property

@@ -1,0 +1,224 @@
+"""``EnvACEConfig``: every setting of an EnvACE training run, one flat documented dataclass (TRL style).
+
+Each field is a flag of ``envace train`` and a key of its ``config.toml``. The defaults are the reference
+code's (Within-yao/EnvACE run script): group 4, mean-centred role-wise GRPO, clip 0.2 / dual-clip 3.0, one
+PPO epoch, KL off, invalid-output penalty 0.1, lr 1e-6 (for 7B models; the embedded 135M model needs a
+larger one, e.g. 2e-5, see the README).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BACKENDS", "REWARDS", "SCALE_REWARDS", "EnvACEConfig", "config_to_toml", "load_config"]
+
+BACKENDS = ("self", "self-inline", "real", "simulator")
+REWARDS = ("env", "checklist")
+SCALE_REWARDS = ("none", "group")
+
+
+@dataclass
+class EnvACEConfig:
+    """Settings of an EnvACE (role-wise GRPO) training run; each field is an ``envace train`` flag."""
+
+    # ---- what is trained, against what
+    backend: str = field(
+        default="self",
+        metadata={
+            "help": "who answers tool calls during training: self (the policy imagines them from a simulator "
+            "prompt: EnvACE), self-inline (it writes them in its own context), real (plain GRPO on the real "
+            "backends) or simulator (a frozen external model, --simulator)"
+        },
+    )
+    simulator: str | None = field(
+        default=None,
+        metadata={"help": "the frozen simulator's LM spec for --backend simulator; default: the starting policy"},
+    )
+    train_env_role: bool = field(
+        default=True, metadata={"help": "train the env role's generations too (false: the masked-role ablation)"}
+    )
+    real_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "grounded imagination: this share of imagined calls also runs on the real backend and the env "
+            "role gets a supervised loss toward the real result (the actor still sees the imagined one)"
+        },
+    )
+    grounding_coef: float = field(default=1.0, metadata={"help": "weight of the grounding loss (--real-fraction)"})
+    grounding: str = field(
+        default="reference",
+        metadata={"help": "few-shot examples in the simulator prompt: reference (from the task) or none"},
+    )
+    reward: str = field(
+        default="env",
+        metadata={"help": "env (the env's verifiable reward) or checklist (a judge grades each turn's items)"},
+    )
+    judge: str | None = field(default=None, metadata={"help": "the judge's LM spec for --reward checklist"})
+    # ---- the schedule
+    steps: int = field(default=20, metadata={"help": "training steps (one rollout + one update each)"})
+    tasks_per_step: int = field(default=4, metadata={"help": "train tasks drawn per step"})
+    group_size: int = field(default=4, metadata={"help": "episodes per task (the GRPO group)"})
+    # ---- the objective
+    lr: float = field(default=1e-6, metadata={"help": "AdamW learning rate"})
+    warmup_steps: int = field(default=0, metadata={"help": "linear learning-rate warm-up steps"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    grad_clip: float = field(default=1.0, metadata={"help": "gradient-norm clipping"})
+    scale_rewards: str = field(
+        default="none", metadata={"help": "none (advantage = reward - group mean) or group (also / group std)"}
+    )
+    clip_low: float = field(default=0.2, metadata={"help": "PPO ratio clip below 1"})
+    clip_high: float = field(default=0.2, metadata={"help": "PPO ratio clip above 1"})
+    dual_clip: float = field(default=3.0, metadata={"help": "dual-clip bound c for negative advantages (0: off)"})
+    ppo_epochs: int = field(default=1, metadata={"help": "passes over each step's samples"})
+    kl_coef: float = field(
+        default=0.0, metadata={"help": "KL penalty to the frozen starting policy (low_var_kl; 1e-4 when on)"}
+    )
+    invalid_penalty: float = field(
+        default=0.1, metadata={"help": "subtracted from the reward of a sample whose output was unusable"}
+    )
+    micro_batch_tokens: int = field(
+        default=4096, metadata={"help": "tokens per forward/backward micro-batch (gradient accumulation)"}
+    )
+    detach_prompt: bool = field(
+        default=True,
+        metadata={
+            "help": "encode each group's shared prompt once without gradient (much cheaper on CPU; the gradient "
+            "through the prompt's own activations is dropped); false: the exact gradient"
+        },
+    )
+    bf16: bool | str = field(
+        default="auto", metadata={"help": "bfloat16 autocast in the update: true, false or auto (where the CPU has it)"}
+    )
+    lora: bool = field(default=False, metadata={"help": "train LoRA adapters (peft) instead of all weights"})
+    lora_rank: int = field(default=16, metadata={"help": "LoRA rank (with --lora)"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (with --lora)"})
+    # ---- rollout sampling
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of both roles in rollouts"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass in rollouts"})
+    max_new_tokens: int = field(default=96, metadata={"help": "tokens per generated turn at most"})
+    # ---- the run
+    seed: int = field(default=0, metadata={"help": "seed of task draws, sampling and the initialisation"})
+    save_every: int = field(default=10, metadata={"help": "checkpoint every k steps (and after the last)"})
+    keep_last: int = field(default=2, metadata={"help": "checkpoints kept (older ones are deleted)"})
+    log_trajectories_every: int = field(
+        default=5, metadata={"help": "write trajectories/step-N.jsonl every k steps (0: never)"}
+    )
+
+    def __post_init__(self) -> None:
+        choices = {
+            "backend": BACKENDS,
+            "reward": REWARDS,
+            "scale_rewards": SCALE_REWARDS,
+            "grounding": ("reference", "none"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{_flag(name)} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+        checks = {
+            "steps": self.steps >= 1,
+            "tasks_per_step": self.tasks_per_step >= 1,
+            "group_size": self.group_size >= 1,
+            "lr": self.lr > 0,
+            "warmup_steps": self.warmup_steps >= 0,
+            "weight_decay": self.weight_decay >= 0,
+            "grad_clip": self.grad_clip > 0,
+            "clip_low": 0 <= self.clip_low < 1,
+            "clip_high": self.clip_high >= 0,
+            "dual_clip": self.dual_clip == 0 or self.dual_clip > 1,
+            "ppo_epochs": self.ppo_epochs >= 1,
+            "kl_coef": self.kl_coef >= 0,
+            "invalid_penalty": self.invalid_penalty >= 0,
+            "micro_batch_tokens": self.micro_batch_tokens >= 16,
+            "real_fraction": 0.0 <= self.real_fraction <= 1.0,
+            "grounding_coef": self.grounding_coef >= 0,
+            "temperature": self.temperature > 0,
+            "top_p": 0 < self.top_p <= 1,
+            "max_new_tokens": self.max_new_tokens >= 1,
+            "save_every": self.save_every >= 1,
+            "keep_last": self.keep_last >= 1,
+            "log_trajectories_every": self.log_trajectories_every >= 0,
+            "lora_rank": self.lora_rank >= 1,
+            "lora_alpha": self.lora_alpha >= 1,
+        }
+        rules = {
+            "clip_low": "in [0, 1)",
+            "dual_clip": "0 (off) or > 1",
+            "real_fraction": "in [0, 1]",
+            "top_p": "in (0, 1]",
+            "temperature": "> 0 (RL needs sampled rollouts)",
+            "micro_batch_tokens": ">= 16",
+        }
+        for name, ok in checks.items():
+            if not ok or (isinstance(getattr(self, name), float) and not math.isfinite(getattr(self, name))):
+                raise ValueError(f"{_flag(name)} must be {rules.get(name, 'positive')}; got {getattr(self, name)}")
+        if self.bf16 not in (True, False, "auto"):
+            raise ValueError(f"{_flag('bf16')} must be true, false or auto; got {self.bf16!r}")
+        if self.real_fraction > 0 and self.backend not in ("self", "self-inline"):
+            raise ValueError(
+                "--real-fraction grounds the policy's own imagination: it needs --backend self|self-inline"
+            )
+        if self.simulator and self.backend != "simulator":
+            raise ValueError("--simulator is only used with --backend simulator")
+        if self.judge and self.reward != "checklist":
+            raise ValueError("--judge is only used with --reward checklist")
+
+    @property
+    def imagined(self) -> bool:
+        """The policy itself answers tool calls (EnvACE world rehearsal)."""
+        return self.backend in ("self", "self-inline")
+
+    @property
+    def trains_env_role(self) -> bool:
+        """Env-role samples enter the loss: the policy imagines and its env role is not frozen."""
+        return self.imagined and self.train_env_role
+
+
+def _flag(name: str) -> str:
+    return f"EnvACEConfig.{name} (--{name.replace('_', '-')})"
+
+
+# ------------------------------------------------------------------------------------------------ TOML
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def config_to_toml(cfg: Any, table: str | None = None) -> str:
+    """A dataclass of scalars as TOML (``None`` fields are left out: absent means the default)."""
+    lines = [f"[{table}]"] if table else []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if value is not None:
+            lines.append(f"{f.name} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def load_config(path: str | Path, table: str | None = None, **overrides: Any) -> EnvACEConfig:
+    """An :class:`EnvACEConfig` from a TOML file (its top level, or ``[table]``), then ``overrides``.
+
+    An unknown key is an error that names the file and the key.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not TOML: {exc}") from None
+    if table:
+        data = data.get(table, {})
+    known = {f.name for f in dataclasses.fields(EnvACEConfig)}
+    unknown = sorted(k for k in data if k not in known and not isinstance(data[k], dict))
+    if unknown:
+        raise ValueError(f"{path}: unknown EnvACEConfig key(s) {', '.join(unknown)}")
+    values = {k: v for k, v in data.items() if k in known}
+    values.update(overrides)
+    return EnvACEConfig(**values)

@@ -1,0 +1,468 @@
+"""``EnvACETrainer``: role-wise GRPO that trains the actor and its environment role together.
+
+One training step, top to bottom (:meth:`EnvACETrainer.step`):
+
+1. draw ``tasks_per_step`` train tasks; each is played ``group_size`` times by :func:`collect` (all envs in
+   lockstep, the env role batched across envs), against the backend the config names: the policy's own
+   imagination (``self``, ``self-inline``: EnvACE), the real tools (``real``: plain GRPO) or a frozen copy of
+   the starting model (``simulator``);
+2. score each trajectory (the env's verifiable reward, or a checklist judge);
+3. turn trajectories into samples (:mod:`.objective`): one actor row per trajectory, one env-role row per
+   env-role generation (same reward), grounding rows where the real result is known;
+4. role-wise GRPO advantages; one PPO-clip update over micro-batches (token-mean over the step's tokens);
+   the engine's KV caches are dropped, since the weights changed.
+
+Under ``accelerate launch`` (or any ``torchrun``-style launcher: ``WORLD_SIZE`` > 1) the task groups of a
+step are split across ranks, gradients are summed across ranks (each rank's loss is already divided by the
+whole step's token count), and rank 0 writes metrics and checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from tqdm.auto import tqdm
+
+from envace_gym.agents.lm.engine import SamplingConfig
+from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
+from envace_gym.agents.rollout import Trajectory, collect, save_trajectories
+from envace_gym.rehearsal import SelfRehearsalEnv
+
+from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .config import EnvACEConfig, config_to_toml
+from .objective import Sample, build_samples, collate, compute_advantages, grounding_loss, micro_batches, sample_loss
+
+__all__ = ["EnvACETrainer", "train_envace"]
+
+
+class _Dist:
+    """This process's place in a multi-process run (one process: rank 0 of 1, nothing is communicated)."""
+
+    def __init__(self) -> None:
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = 0
+        if self.world > 1:
+            from accelerate import PartialState
+
+            # Joins the process group accelerate launch (or torchrun) set up. cpu=True: every collective here
+            # is on CPU tensors (gloo); without it, on a machine with no GPU, PartialState ignores WORLD_SIZE
+            # and every process would train alone as rank 0 of 1, all writing the same files.
+            state = PartialState(cpu=True)
+            if state.num_processes != self.world:
+                raise RuntimeError(
+                    f"WORLD_SIZE is {self.world} but accelerate set up {state.num_processes} process(es) "
+                    f"({state.distributed_type})"
+                )
+            self.rank, self.world = state.process_index, state.num_processes
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def sum(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        torch.distributed.all_reduce(t)
+        return float(t.item())
+
+    def gather(self, obj: Any) -> list[Any]:
+        if self.world == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def sum_grads(self, params: Sequence[torch.nn.Parameter]) -> None:
+        if self.world == 1:
+            return
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            torch.distributed.all_reduce(p.grad)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
+
+class EnvACETrainer:
+    """Role-wise GRPO over a :class:`LMPolicy` (trained in place) and the envs ``env_factory`` makes.
+
+    Args:
+        policy: the model that acts and, under ``backend="self"``, imagines; its weights are updated in place.
+        env_factory: ``() -> gym.Env`` with real backends whose pool holds the train split (the trainer wraps
+            it for imagination as the config says); called once per env of a step's batch.
+        config: the run's :class:`EnvACEConfig`.
+        out_dir: where ``config.toml``, ``metrics.jsonl``, ``trajectories/``, ``ckpt-N/`` and
+            ``learning_curve.png`` go (None: nothing is written, nothing can resume).
+        simulator: the external simulator for ``backend="simulator"`` (default: a frozen copy of ``policy``
+            as it is now, i.e. the starting checkpoint).
+        judge: for ``reward="checklist"``, a judge callable, an object with ``act``, or an LM spec
+            (default: ``config.judge``).
+        env_role: ``env -> imaginer``: who imagines under ``backend="self"`` (default: ``policy`` itself); e.g.
+            ``RealResultImaginer`` for a scripted, perfect env role (its answers carry no tokens to train).
+        resume: continue from the newest complete checkpoint in ``out_dir``.
+    """
+
+    def __init__(
+        self,
+        policy: LMPolicy,
+        env_factory: Callable[[], gym.Env],
+        config: EnvACEConfig,
+        out_dir: str | Path | None = None,
+        simulator: LMPolicy | None = None,
+        judge: Any = None,
+        env_role: Callable[[gym.Env], Any] | None = None,
+        resume: bool = False,
+        progress: bool = True,
+    ) -> None:
+        self.policy, self.cfg, self.progress = policy, config, progress
+        self.dist = _Dist()
+        self.out = Path(out_dir) if out_dir is not None else None
+        cfg = config
+        torch.manual_seed(cfg.seed)
+        if cfg.lora:
+            if resume:
+                raise ValueError("--resume is not supported with --lora yet (checkpoints hold merged weights)")
+            from .sft import _apply_lora
+
+            self.model = _apply_lora(policy, cfg)  # injects adapters in place: the engine generates with them
+        else:
+            self.model = policy.model
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps))
+        )
+        self.use_bf16 = bf16_supported() if cfg.bf16 == "auto" else bool(cfg.bf16)
+        self.ref_model = _frozen(policy.model) if cfg.kl_coef > 0 else None
+        self.simulator = None
+        if cfg.backend == "simulator":
+            self.simulator = simulator or LMPolicy(
+                _frozen(policy.model), policy.tokenizer, policy.sampling, name=f"simulator({policy.name})"
+            )
+        self.judge = None
+        if cfg.reward == "checklist":
+            from .checklist import ChecklistJudge
+
+            if judge is None and not cfg.judge:
+                raise ValueError("--reward checklist needs --judge SPEC (an LM spec) or, in Python, a judge")
+            self.judge = ChecklistJudge(judge or cfg.judge)
+        self.env_factory = env_factory
+        self.env_role = env_role
+        probe = env_factory()
+        self.pool = list(probe.unwrapped.pool)
+        self.tasks = {t.id: t for t in self.pool}
+        probe.close()
+        if not self.pool:
+            raise ValueError("env_factory's env has no tasks to train on")
+        groups = range(self.dist.rank, cfg.tasks_per_step, self.dist.world)
+        self.envs = [self._wrap(env_factory()) for _ in groups for _ in range(cfg.group_size)]
+        if not self.envs:
+            raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} gives rank {self.dist.rank} no task group")
+        self.step_done = 0
+        if self.out is not None and self.dist.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+        if resume:
+            self._resume()
+        elif self.out is not None and self.dist.main:
+            (self.out / "metrics.jsonl").write_text("")
+        if self.out is not None and self.dist.main:
+            (self.out / "config.toml").write_text(config_to_toml(cfg))
+
+    # ------------------------------------------------------------------ set-up
+    def _wrap(self, env: gym.Env) -> gym.Env:
+        cfg = self.cfg
+        if cfg.imagined:
+            mode = "inline" if cfg.backend == "self-inline" else "prompted"
+            imaginer = self.env_role(env) if self.env_role is not None else self.policy
+            return SelfRehearsalEnv(env, imaginer, mode=mode, grounding=cfg.grounding, real_fraction=cfg.real_fraction)
+        if cfg.backend == "simulator":
+            return SelfRehearsalEnv(env, self.simulator, grounding=cfg.grounding)
+        return env
+
+    def _resume(self) -> None:
+        if self.out is None:
+            raise ValueError("resume needs out_dir (--out DIR)")
+        ckpt = latest_checkpoint(self.out)
+        if ckpt is None:
+            raise ValueError(f"{self.out}: no complete checkpoint to resume from")
+        state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler)
+        self.step_done = int(state["step"])
+        if self.dist.main:
+            old = self.out / "config.toml"
+            if old.exists():
+                changed = _changed_keys(old.read_text(), config_to_toml(self.cfg))
+                if changed:
+                    print(f"resuming {ckpt} with changed settings: {', '.join(changed)}")
+            metrics = self.out / "metrics.jsonl"
+            if metrics.exists():  # steps after the checkpoint will be run again
+                kept = [
+                    ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= self.step_done
+                ]
+                metrics.write_text("".join(ln + "\n" for ln in kept))
+            if self.step_done and metrics.exists() and metrics.stat().st_size:
+                self.plot()
+
+    # ------------------------------------------------------------------ one step
+    def draw_tasks(self, step: int) -> list[str]:
+        """The step's task ids, one per group (every rank draws the same ones, each plays its share)."""
+        rng = random.Random(self.cfg.seed * 1_000_003 + step)
+        k = self.cfg.tasks_per_step
+        if k <= len(self.pool):
+            return [t.id for t in rng.sample(self.pool, k)]
+        return [rng.choice(self.pool).id for _ in range(k)]
+
+    def rollout(self, step: int) -> tuple[list[Trajectory], list[str]]:
+        """Play this rank's groups of the step; returns the trajectories and each one's group key."""
+        cfg = self.cfg
+        drawn = self.draw_tasks(step)
+        mine = list(range(self.dist.rank, cfg.tasks_per_step, self.dist.world))
+        task_ids = [drawn[g] for g in mine for _ in range(cfg.group_size)]
+        groups = [f"s{step}g{g}" for g in mine for _ in range(cfg.group_size)]
+        seed = cfg.seed * 1_000_003 + step * 7919 + self.dist.rank * 101
+        sampling = SamplingConfig(cfg.temperature, cfg.top_p, cfg.max_new_tokens, seed=seed)
+        self.policy.reseed(seed)
+        if self.simulator is not None:
+            self.simulator.reseed(seed + 17)
+        self.model.eval()
+        trajs = collect(
+            self.envs, self.policy, len(task_ids), sampling=sampling, task_ids=task_ids, seed=seed, progress=False
+        )
+        return trajs, groups
+
+    def score(self, trajs: Sequence[Trajectory]) -> list[float]:
+        """Each trajectory's reward: the env's, or the checklist judge's share of items met."""
+        if self.judge is None:
+            return [t.reward for t in trajs]
+        return [self.judge(self.tasks[t.task_id], t.messages) for t in trajs]
+
+    def samples(self, trajs: Sequence[Trajectory], groups: Sequence[str], rewards: Sequence[float]) -> list[Sample]:
+        chat = self.policy.chat
+        stop = self.policy.engine.stop_token_ids
+
+        def encode_target(text: str) -> list[int]:
+            ids = chat.encode(text)
+            return ids if ids and ids[-1] in stop else ids + stop[:1]
+
+        samples = build_samples(
+            trajs,
+            groups,
+            rewards,
+            train_env_role=self.cfg.trains_env_role,
+            invalid_penalty=self.cfg.invalid_penalty,
+            encode_target=encode_target if self.cfg.real_fraction > 0 else None,
+        )
+        compute_advantages(samples, self.cfg.scale_rewards)
+        return samples
+
+    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """One PPO-clip update (``ppo_epochs`` passes) over the step's samples; returns loss statistics."""
+        cfg = self.cfg
+        rl = [s for s in samples if s.role != "grounding"]
+        ground = [s for s in samples if s.role == "grounding"]
+        # Token-mean over the whole step (all ranks): micro-batching and sharding leave the gradient unchanged.
+        n_rl = self.dist.sum(sum(s.tokens for s in rl))
+        n_ground = self.dist.sum(sum(s.tokens for s in ground))
+        # Rows with advantage 0 add nothing to the policy gradient; without KL they need no forward pass.
+        active = [s for s in rl if s.advantage != 0.0 or self.ref_model is not None]
+        self.model.train()
+        stats = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "grounding_loss": 0.0, "grad_norm": 0.0}
+        pad = self.policy.engine.pad_id
+        for _ in range(cfg.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            clipped = 0.0
+            for rows in micro_batches(active, cfg.micro_batch_tokens, cfg.detach_prompt):
+                batch = collate(rows, pad, cfg.detach_prompt)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.use_bf16):
+                    parts = sample_loss(
+                        self.model,
+                        batch,
+                        clip_low=cfg.clip_low,
+                        clip_high=cfg.clip_high,
+                        dual_clip=cfg.dual_clip,
+                        temperature=cfg.temperature,
+                        ref_model=self.ref_model,
+                    )
+                loss = (parts.pg + cfg.kl_coef * parts.kl) / max(n_rl, 1.0)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"EnvACE loss became {loss.item()}; lower --lr")
+                loss.backward()
+                stats["pg_loss"] += parts.pg.item() / max(n_rl, 1.0)
+                stats["kl"] += parts.kl.item() / max(n_rl, 1.0)
+                clipped += parts.clipped
+            if cfg.grounding_coef > 0:
+                for rows in micro_batches(ground, cfg.micro_batch_tokens, cfg.detach_prompt):
+                    batch = collate(rows, pad, cfg.detach_prompt)
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.use_bf16):
+                        ce, _ = grounding_loss(self.model, batch)
+                    (cfg.grounding_coef * ce / max(n_ground, 1.0)).backward()
+                    stats["grounding_loss"] += ce.item() / max(n_ground, 1.0)
+            self.dist.sum_grads(self.params)
+            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
+            self.optimizer.step()
+            stats["clip_frac"] = self.dist.sum(clipped) / max(n_rl, 1.0)
+        self.scheduler.step()
+        for key in ("pg_loss", "kl", "grounding_loss"):
+            stats[key] = self.dist.sum(stats[key]) / cfg.ppo_epochs
+        stats["loss"] = stats["pg_loss"] + cfg.kl_coef * stats["kl"] + cfg.grounding_coef * stats["grounding_loss"]
+        self.policy.engine.clear()  # its caches hold keys and values of the old weights
+        if hasattr(self.policy.engine, "sync_weights"):  # e.g. a vLLM engine: push the new weights
+            self.policy.engine.sync_weights(self.policy.model)
+        self.model.eval()
+        return stats
+
+    def step(self, step: int) -> dict[str, Any]:
+        """Rollout, score, samples, update: one training step; returns its metrics record."""
+        t0 = time.monotonic()
+        trajs, groups = self.rollout(step)
+        rewards = self.score(trajs)
+        t1 = time.monotonic()
+        samples = self.samples(trajs, groups, rewards)
+        stats = self.update(samples)
+        t2 = time.monotonic()
+        record = self._metrics(step, trajs, rewards, samples, stats, t1 - t0, t2 - t1)
+        self._write(step, record, trajs)
+        return record
+
+    # ------------------------------------------------------------------ the run
+    def train(self) -> list[dict[str, Any]]:
+        """Run the remaining steps; checkpoint every ``save_every`` and after the last; plot at the end."""
+        cfg = self.cfg
+        records = []
+        bar = tqdm(
+            total=cfg.steps,
+            initial=self.step_done,
+            desc="envace",
+            unit="step",
+            disable=not (self.progress and self.dist.main),
+        )
+        try:
+            for step in range(self.step_done, cfg.steps):
+                record = self.step(step + 1)
+                records.append(record)
+                self.step_done = step + 1
+                if self.step_done % cfg.save_every == 0 or self.step_done == cfg.steps:
+                    self.save()
+                bar.update(1)
+                bar.set_postfix(reward=f"{record['reward_actor']:.2f}", tok_s=f"{record['tokens_per_s']:.0f}")
+        finally:
+            bar.close()
+        if self.out is not None and self.dist.main:
+            self.plot()
+        return records
+
+    def save(self) -> Path | None:
+        """Write ``ckpt-<step>/`` (rank 0); it loads with ``--policy ckpt:DIR`` and resumes with ``--resume``."""
+        path = None
+        if self.out is not None and self.dist.main:
+            # Under LoRA a merged copy is saved (it loads without peft); training goes on with the adapters.
+            model = copy.deepcopy(self.model).merge_and_unload() if self.cfg.lora else self.model
+            path = save_checkpoint(
+                self.out,
+                self.step_done,
+                model,
+                self.policy.tokenizer,
+                self.optimizer,
+                self.scheduler,
+                config_to_toml(self.cfg),
+                state={"policy": self.policy.name},
+                keep_last=self.cfg.keep_last,
+            )
+        self.dist.barrier()
+        return path
+
+    def plot(self) -> Path | None:
+        if self.out is None:
+            return None
+        from .plots import plot_learning_curve
+
+        return plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png")
+
+    # ------------------------------------------------------------------ records
+    def _metrics(self, step, trajs, rewards, samples, stats, rollout_s, update_s) -> dict[str, Any]:
+        env_samples = [(s, r) for t, r in zip(trajs, rewards, strict=True) for s in t.env_role_samples]
+        local = {
+            "rewards": list(rewards),
+            "success": [float(t.success) for t in trajs],
+            "calls_ok": sum(t.calls_ok for t in trajs),
+            "calls_failed": sum(t.calls_failed for t in trajs),
+            "actor_tokens": sum(t.actor_tokens for t in trajs),
+            "env_role_tokens": sum(len(s.completion_ids) for s, _ in env_samples),
+            "env_role_rewards": [r for _, r in env_samples],
+            "env_role_valid": [float(s.valid) for s, _ in env_samples],
+            "grounded": sum(1 for s in samples if s.role == "grounding"),
+            "trained_rows": sum(1 for s in samples if s.role != "grounding" and s.advantage != 0.0),
+        }
+        parts = self.dist.gather(local)
+        merged: dict[str, Any] = {k: [] if isinstance(v, list) else 0 for k, v in local.items()}
+        for p in parts:
+            for k, v in p.items():
+                merged[k] = merged[k] + v
+        mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+        calls = merged["calls_ok"] + merged["calls_failed"]
+        generated = merged["actor_tokens"] + merged["env_role_tokens"]
+        return {
+            "step": step,
+            "reward_actor": mean(merged["rewards"]),
+            "success_actor": mean(merged["success"]),
+            "reward_env_role": mean(merged["env_role_rewards"]),
+            "valid_env_role": mean(merged["env_role_valid"]),
+            "n_actor": len(merged["rewards"]),
+            "n_env_role": len(merged["env_role_valid"]),
+            "n_grounded": merged["grounded"],
+            "trained_rows": merged["trained_rows"],
+            "valid_call_rate": merged["calls_ok"] / calls if calls else None,
+            "actor_tokens": merged["actor_tokens"],
+            "env_role_tokens": merged["env_role_tokens"],
+            **{k: round(v, 6) for k, v in stats.items()},
+            "lr": self.scheduler.get_last_lr()[0],
+            "rollout_s": round(rollout_s, 2),
+            "update_s": round(update_s, 2),
+            "tokens_per_s": round(generated / rollout_s, 1) if rollout_s > 0 else 0.0,
+        }
+
+    def _write(self, step: int, record: dict[str, Any], trajs: Sequence[Trajectory]) -> None:
+        every = self.cfg.log_trajectories_every
+        gathered = self.dist.gather(list(trajs)) if every and step % every == 0 and self.out is not None else None
+        if self.out is None or not self.dist.main:
+            return
+        with (self.out / "metrics.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if gathered is not None:
+            save_trajectories([t for part in gathered for t in part], self.out / "trajectories" / f"step-{step}.jsonl")
+
+
+def _frozen(model: Any) -> Any:
+    clone = copy.deepcopy(model).eval()
+    for p in clone.parameters():
+        p.requires_grad_(False)
+    return clone
+
+
+def _changed_keys(old_toml: str, new_toml: str) -> list[str]:
+    import tomllib
+
+    old, new = tomllib.loads(old_toml), tomllib.loads(new_toml)
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def train_envace(
+    policy: LMPolicy,
+    env_factory: Callable[[], gym.Env],
+    config: EnvACEConfig,
+    out_dir: str | Path | None = None,
+    **kwargs: Any,
+) -> list[dict[str, Any]]:
+    """``EnvACETrainer(policy, env_factory, config, out_dir, **kwargs).train()``."""
+    return EnvACETrainer(policy, env_factory, config, out_dir, **kwargs).train()

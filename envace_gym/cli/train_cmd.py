@@ -1,0 +1,98 @@
+"""``envace train``: EnvACE training (role-wise GRPO) of an LM policy, under imagination or on real tools.
+
+Its flags are the shared env and run flags, :class:`TrainArgs` (which model, where the run goes, resume,
+a TOML config) and every field of :class:`~envace_gym.agents.train.config.EnvACEConfig`. With
+``--config FILE.toml`` the file's keys are the defaults and flags given on the command line win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass, field
+
+from envace_gym.agents.train.config import EnvACEConfig, load_config
+
+from .common import LM_POLICY_USAGE, EnvArgs, RunArgs, SamplingArgs, UserError, check_lm_policy, load_lm
+
+__all__ = ["CONFIGS", "TrainArgs", "TrainEnvArgs", "run"]
+
+
+@dataclass
+class TrainEnvArgs(EnvArgs):
+    split: str = field(default="train", metadata={"help": "task split trained on (evaluate on another one)"})
+
+
+@dataclass
+class TrainArgs:
+    _argument_group_name = "train"
+
+    out: str = field(metadata={"help": "run folder: config.toml, metrics.jsonl, ckpt-N/, learning_curve.png"})
+    policy: str = field(default="default", metadata={"help": f"the model to train: {LM_POLICY_USAGE}"})
+    resume: bool = field(default=False, metadata={"help": "continue from the newest complete checkpoint in --out"})
+    config: str | None = field(
+        default=None, metadata={"help": "a TOML file of EnvACEConfig keys (command-line flags override it)"}
+    )
+
+    def __post_init__(self) -> None:
+        check_lm_policy(self.policy)
+
+
+CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs)
+
+
+def _given_flags(argv: list[str]) -> set[str]:
+    """The EnvACEConfig fields spelled out on the command line (they override --config)."""
+    names = set()
+    for arg in argv:
+        if arg.startswith("--"):
+            name = arg[2:].split("=", 1)[0].replace("-", "_")
+            names.add(name[3:] if name.startswith("no_") else name)
+    return names
+
+
+def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: RunArgs) -> int:
+    import gymnasium as gym
+
+    from envace_gym.agents.train.envace import EnvACETrainer
+
+    if args.config:
+        given = _given_flags(sys.argv[1:])
+        overrides = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name in given}
+        cfg = load_config(args.config, **overrides)
+    if cfg.backend not in ("self", "self-inline", "real", "simulator"):
+        raise UserError(f"--backend {cfg.backend!r}: envace train takes real, self, self-inline or simulator")
+    sampling = SamplingArgs(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
+    policy = load_lm(args.policy, sampling, cfg.seed)
+    simulator = load_lm(cfg.simulator, sampling, cfg.seed) if cfg.simulator else None
+    kwargs = {"split": env_args.split}
+    if env_args.suite:
+        kwargs["suite"] = env_args.suite
+    for name in ("category", "domain", "max_turns"):
+        if getattr(env_args, name):
+            kwargs[name] = getattr(env_args, name)
+
+    def env_factory() -> gym.Env:
+        return gym.make(env_args.env, **kwargs)
+
+    trainer = EnvACETrainer(
+        policy, env_factory, cfg, args.out, simulator=simulator, resume=args.resume, progress=run_args.progress
+    )
+    records = trainer.train()
+    last = records[-1] if records else {}
+    summary = {
+        "out": args.out,
+        "steps": trainer.step_done,
+        "checkpoint": f"{args.out}/ckpt-{trainer.step_done}",
+        "reward_actor": last.get("reward_actor"),
+        "success_actor": last.get("success_actor"),
+    }
+    if run_args.json:
+        print(json.dumps(summary))
+    elif trainer.dist.main:
+        print(
+            f"trained {trainer.step_done} steps; checkpoint {summary['checkpoint']} "
+            f"(evaluate it with --policy ckpt:{summary['checkpoint']}); curve in {args.out}/learning_curve.png"
+        )
+    return 0

@@ -1,0 +1,106 @@
+"""``EnvACETrainer`` under ``accelerate launch`` with 2 CPU processes (gloo): the ranks split each step's task
+groups, sum their gradients and end with identical, changed weights; only rank 0 writes the run's files.
+
+The launched script is ``tests/ddp_train_script.py``. ``accelerate launch --cpu --num_processes 2`` starts
+*one* process unless it goes through mpirun, so the test takes accelerate's torchrun launcher
+(``--multi_gpu``) with no GPU visible: two CPU processes, ``WORLD_SIZE=2``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+TASKS_PER_STEP, GROUP_SIZE, STEPS = 2, 4, 2  # as in ddp_train_script.py
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_envace_trains_identically_on_two_ranks(tmp_path):
+    out = tmp_path / "run"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "CUDA_VISIBLE_DEVICES": "",  # CPU processes even where a GPU is present
+    }
+    if Path("/sys/class/net/lo").exists():
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo talks over loopback only
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",  # accelerate's torchrun launcher; --cpu would start one process
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        str(_free_port()),
+        str(TESTS / "ddp_train_script.py"),
+        str(out),
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"launch failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+
+    ranks = []
+    for r in range(2):
+        path = out / f"rank{r}.json"
+        assert path.exists(), f"rank {r} wrote no summary; stderr:\n{proc.stderr[-3000:]}"
+        ranks.append(json.loads(path.read_text()))
+    r0, r1 = ranks
+
+    # Each process knows its place and plays only its own task group (tasks_per_step 2 over 2 ranks).
+    for r, summary in enumerate(ranks):
+        assert (summary["rank"], summary["world"]) == (r, 2)
+        assert summary["env_world_size"] == 2
+        assert summary["n_local_envs"] == GROUP_SIZE
+        assert [p["groups"] for p in summary["played"]] == [[f"s{s}g{r}"] for s in range(1, STEPS + 1)]
+
+    # Same start (tiny_policy is seeded), a real update, the same end on both ranks.
+    assert r0["start_hash"] == r1["start_hash"]
+    assert r0["abs_change"] > 0 and r1["abs_change"] > 0
+    assert r0["final_hash"] != r0["start_hash"]
+    assert r0["final_hash"] == r1["final_hash"]
+    assert r0["abs_change"] == r1["abs_change"]
+    # Rewards varied, so there was a gradient to sum; the ranks played different episodes, so their local
+    # gradients differed and only the all-reduce can have made the weights equal.
+    rewards = [x for summary in ranks for p in summary["played"] for x in p["rewards"]]
+    assert len(set(rewards)) > 1
+    assert [p["rewards"] for p in r0["played"]] != [p["rewards"] for p in r1["played"]]
+
+    # Metrics are gathered: every rank returns the same records (but its own timings), counting both ranks'
+    # episodes.
+    timings = {"rollout_s", "update_s", "tokens_per_s"}
+    same = [[{k: v for k, v in rec.items() if k not in timings} for rec in summary["metrics"]] for summary in ranks]
+    assert same[0] == same[1]
+    assert len(r0["metrics"]) == STEPS
+    for record in r0["metrics"]:
+        assert record["n_actor"] == TASKS_PER_STEP * GROUP_SIZE
+    for s, record in enumerate(r0["metrics"]):
+        played = r0["played"][s]["rewards"] + r1["played"][s]["rewards"]
+        assert record["reward_actor"] == sum(played) / len(played)
+
+    # Rank 0 alone wrote the run's files: one metrics line per step (not one per rank) and the checkpoint.
+    lines = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    assert [rec["step"] for rec in lines] == list(range(1, STEPS + 1))
+    assert all(rec["n_actor"] == TASKS_PER_STEP * GROUP_SIZE for rec in lines)
+    assert (out / f"ckpt-{STEPS}").is_dir()
+    assert (out / "config.toml").exists()
