@@ -22,6 +22,8 @@ _LAZY = {
     "load_trajectories": ".rollout",
     "SFTConfig": ".train.sft",
     "train_sft": ".train.sft",
+    "EnvACEConfig": ".train.config",
+    "EnvACETrainer": ".train.envace",
     "tiny_policy": ".lm.policy",
     "OraclePolicy": ".scripted",
     "RandomPolicy": ".scripted",

@@ -61,8 +61,8 @@ DEFAULT = {
     "lr": 2e-5,
     "temperature": 0.7,
     "max_new_tokens": 64,
-    "eval_episodes": 40,
-    "fidelity_episodes": 8,
+    "eval_episodes": 32,
+    "fidelity_episodes": 6,
     "warm_minutes": 8.0,
     "seeds": "0",
 }
@@ -172,11 +172,11 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_reward": sum(r["mean_reward"] for r in runs) / len(runs),
         "valid_call_rate": sum(r["valid_call_rate"] or 0 for r in runs) / len(runs),
         "fidelity": {k: sum(r["fidelity"][k] for r in runs) / len(runs) for k in runs[0]["fidelity"]},
-        "train_s": sum(r["train_s"] for r in runs) / len(runs),
-        "tokens": sum(r["tokens"] for r in runs) // len(runs),
+        "train_s": sum(r.get("train_s", 0.0) for r in runs) / len(runs),
+        "tokens": sum(r.get("tokens", 0) for r in runs) // len(runs),
         "episodes": n,
         "seeds": len(runs),
-        "curves": [r["curve"] for r in runs],
+        "curves": [r.get("curve", []) for r in runs],
     }
 
 
@@ -251,7 +251,10 @@ def main() -> None:
     start = warm_start(args)
     print(f"start: {start}; {json.dumps({k: getattr(args, k) for k in DEFAULT})}", flush=True)
     befores = {seed: measure(load(start, args, seed), args, seed) for seed in seeds}
+    before = aggregate(list(befores.values()))
+    print(f"before: {json.dumps(before)}", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {}
+    out = Path(args.out)
     for name in arms:
         for seed in seeds:
             r = run_arm(name, start, args, seed, befores[seed])
@@ -261,26 +264,16 @@ def main() -> None:
                 f"fidelity {r['fidelity']}, {r['train_s']:.0f} s",
                 flush=True,
             )
-    results = {name: aggregate(rs) for name, rs in runs.items()}
-    before = aggregate(list(befores.values()))
-    text = table(results, before)
-    print(text)
+        # Written after every arm: a run cut short still leaves its finished arms.
+        results = {n: aggregate(rs) for n, rs in runs.items()}
+        settings = {k: getattr(args, k) for k in DEFAULT}
+        minutes = round((time.monotonic() - t0) / 60, 1)
+        report = {"settings": settings, "start": start, "before": before, "arms": results, "minutes": minutes}
+        (out / "results.json").write_text(json.dumps(report, indent=2))
+        (out / "table.md").write_text(table(results, before) + "\n")
+        plot(results, out / "learning.png")
+    print(table(results, before))
     print(f"total {(time.monotonic() - t0) / 60:.1f} min")
-    out = Path(args.out)
-    (out / "results.json").write_text(
-        json.dumps(
-            {
-                "settings": {k: getattr(args, k) for k in DEFAULT},
-                "start": start,
-                "before": before,
-                "arms": results,
-                "minutes": round((time.monotonic() - t0) / 60, 1),
-            },
-            indent=2,
-        )
-    )
-    (out / "table.md").write_text(text + "\n")
-    plot(results, out / "learning.png")
 
 
 if __name__ == "__main__":

@@ -358,6 +358,14 @@ class VLLMEngine:  # pragma: no cover - needs a GPU and vllm; never required by 
     def clear(self) -> None:
         pass
 
+    def sync_weights(self, model: Any) -> None:
+        """Load the trained transformers model's weights into vLLM's copy (after each training update).
+
+        Reaches vLLM's in-process model runner (``enforce_eager`` single-GPU set-ups); untested here."""
+        runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
+        runner.model.load_weights(model.state_dict().items())
+        self.llm.reset_prefix_cache()
+
     def generate(
         self, prompts, sampling: SamplingConfig, keys=None, generator=None, prefix_lens=None
     ) -> list[Generation]:

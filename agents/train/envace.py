@@ -88,7 +88,11 @@ class _Dist:
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            torch.distributed.all_reduce(p.grad)
+            # gloo reduces CPU tensors: a model on a GPU sends its gradients through the host
+            grad = p.grad if p.grad.device.type == "cpu" else p.grad.cpu()
+            torch.distributed.all_reduce(grad)
+            if grad is not p.grad:
+                p.grad.copy_(grad)
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -144,7 +148,9 @@ class EnvACETrainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps))
         )
-        self.use_bf16 = bf16_supported() if cfg.bf16 == "auto" else bool(cfg.bf16)
+        self.device = next(self.model.parameters()).device
+        auto = bf16_supported() if self.device.type == "cpu" else torch.cuda.is_bf16_supported()
+        self.use_bf16 = auto if cfg.bf16 == "auto" else bool(cfg.bf16)
         self.ref_model = _frozen(policy.model) if cfg.kl_coef > 0 else None
         self.simulator = None
         if cfg.backend == "simulator":
@@ -284,7 +290,7 @@ class EnvACETrainer:
             clipped = 0.0
             for rows in micro_batches(active, cfg.micro_batch_tokens, cfg.detach_prompt):
                 batch = collate(rows, pad, cfg.detach_prompt)
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.use_bf16):
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16):
                     parts = sample_loss(
                         self.model,
                         batch,
@@ -304,7 +310,7 @@ class EnvACETrainer:
             if cfg.grounding_coef > 0:
                 for rows in micro_batches(ground, cfg.micro_batch_tokens, cfg.detach_prompt):
                     batch = collate(rows, pad, cfg.detach_prompt)
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.use_bf16):
+                    with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16):
                         ce, _ = grounding_loss(self.model, batch)
                     (cfg.grounding_coef * ce / max(n_ground, 1.0)).backward()
                     stats["grounding_loss"] += ce.item() / max(n_ground, 1.0)

@@ -25,6 +25,8 @@ def token_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: floa
     """
     core = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder = core.get_decoder()
+    device = next(core.parameters()).device
+    batch = {k: v.to(device) for k, v in batch.items()}
     kwargs: dict[str, Any] = {"attention_mask": batch["attention_mask"]}
     if "head_ids" in batch:
         from transformers import DynamicCache
@@ -39,8 +41,10 @@ def token_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: floa
         ]
         width = batch["input_ids"].shape[1]
         kwargs = {
-            "attention_mask": torch.cat([torch.ones((rows, head), dtype=torch.long), batch["attention_mask"]], dim=1),
-            "position_ids": torch.arange(head, head + width).expand(rows, -1),
+            "attention_mask": torch.cat(
+                [torch.ones((rows, head), dtype=torch.long, device=device), batch["attention_mask"]], dim=1
+            ),
+            "position_ids": torch.arange(head, head + width, device=device).expand(rows, -1),
             "use_cache": True,
             cache_kwarg(decoder): DynamicCache(ddp_cache_data=layers),
         }

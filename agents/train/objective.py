@@ -241,15 +241,15 @@ def sample_loss(
 ) -> LossParts:
     """PPO-clip (with dual clip) summed over the batch's trained tokens; low-variance KL to ``ref_model``."""
     logprobs = token_logprobs(model, batch, temperature)
-    adv = batch["advantages"]
-    ratio = torch.exp(logprobs - batch["old_logprobs"])
+    adv = batch["advantages"].to(logprobs.device)
+    ratio = torch.exp(logprobs - batch["old_logprobs"].to(logprobs.device))
     loss1 = -adv * ratio
     loss2 = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     pg = torch.maximum(loss1, loss2)
     clipped = (loss2 > loss1).float().sum().item()
     if dual_clip > 0:
         pg = torch.where(adv < 0, torch.minimum(pg, -adv * dual_clip), pg)
-    kl = torch.zeros((), dtype=logprobs.dtype)
+    kl = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     if ref_model is not None:
         with torch.no_grad():
             ref = token_logprobs(ref_model, batch, temperature)

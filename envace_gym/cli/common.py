@@ -243,12 +243,12 @@ def make_env(env_args: EnvArgs, backend: BackendSpec | None = None, imaginer: An
     return env
 
 
-def load_lm(spec: str, sampling: SamplingArgs, seed: int):
+def load_lm(spec: str, sampling: SamplingArgs, seed: int, engine: str = "hf"):
     from envace_gym.agents.lm.models import ModelLoadError
     from envace_gym.agents.lm.policy import LMPolicy
 
     try:
-        return LMPolicy.from_spec(spec, sampling=sampling.config(seed))
+        return LMPolicy.from_spec(spec, sampling=sampling.config(seed), engine=engine)
     except ModelLoadError as exc:
         raise UserError(str(exc)) from None
 

@@ -34,9 +34,14 @@ class TrainArgs:
     config: str | None = field(
         default=None, metadata={"help": "a TOML file of EnvACEConfig keys (command-line flags override it)"}
     )
+    engine: str = field(
+        default="hf", metadata={"help": "generation engine: hf, or vllm (CUDA + vllm installed; weights synced)"}
+    )
 
     def __post_init__(self) -> None:
         check_lm_policy(self.policy)
+        if self.engine not in ("hf", "vllm"):
+            raise ValueError(f"--engine must be hf or vllm, got {self.engine!r}")
 
 
 CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs)
@@ -64,7 +69,7 @@ def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: Ru
     if cfg.backend not in ("self", "self-inline", "real", "simulator"):
         raise UserError(f"--backend {cfg.backend!r}: envace train takes real, self, self-inline or simulator")
     sampling = SamplingArgs(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
-    policy = load_lm(args.policy, sampling, cfg.seed)
+    policy = load_lm(args.policy, sampling, cfg.seed, engine=args.engine)
     simulator = load_lm(cfg.simulator, sampling, cfg.seed) if cfg.simulator else None
     kwargs = {"split": env_args.split}
     if env_args.suite:
