@@ -129,7 +129,7 @@ def fields_of(*dtypes):
     return {f.name for dtype in dtypes for f in dataclasses.fields(dtype)}
 
 
-@pytest.mark.parametrize("command", ["list", "eval", "sft", "fidelity", "demo"])
+@pytest.mark.parametrize("command", ["list", "eval", "sft", "train", "fidelity", "demo"])
 def test_every_flag_is_a_config_field_and_every_field_a_flag(command):
     parser = command_parser(command)
     dests = flag_dests(parser)
@@ -266,7 +266,8 @@ def test_bad_values_exit_2_with_one_line(capsys, argv, says):
         (["eval", "--episodes", "many"], "invalid int value"),
         (["fidelity", "--grounding", "some"], "invalid choice"),
         (["sft", "--steps", "2"], "required: --out"),
-        (["train"], "invalid choice"),
+        (["train", "--steps", "2"], "required: --out"),
+        (["trian"], "invalid choice"),
     ],
 )
 def test_bad_flags_exit_2_with_argparses_message(capsys, argv, says):
@@ -312,3 +313,25 @@ def test_lm_eval_walks_the_suites_seeded_episode_order(capsys, tmp_path):
     ran = [json.loads(line)["task_id"] for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     expected = [t.id for t in load_suite("builtin").filter(split="test").episode_order(6, seed=3)]
     assert ran == expected and len({t.split("-")[0] for t in ran}) > 1  # seeded and balanced across domains
+
+
+def test_train_flags_are_envace_config_fields_and_reach_it():
+    from envace_gym.agents.train.config import EnvACEConfig
+    from envace_gym.cli.train_cmd import TrainArgs, TrainEnvArgs
+
+    dests = set(flag_dests(command_parser("train")).values())
+    assert dests == fields_of(TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs)
+    argv = ["train", "--out", "o", "--backend", "simulator", "--simulator", "tiny", "--no-train-env-role"]
+    argv += ["--steps", "7", "--group-size", "3", "--tasks-per-step", "5", "--lr", "1e-5", "--lora", "--seed", "4"]
+    _, (env, args, cfg, run_args) = parse(argv)
+    assert (cfg.backend, cfg.simulator, cfg.train_env_role, cfg.steps, cfg.group_size) == (
+        "simulator",
+        "tiny",
+        False,
+        7,
+        3,
+    )
+    assert (cfg.tasks_per_step, cfg.lr, cfg.lora, cfg.seed, run_args.seed) == (5, 1e-5, True, 4, 4)
+    assert env.split == "train" and args.out == "o" and not args.resume
+    _, (_, _, cfg, _) = parse(["train", "--out", "o", "--real-fraction", "0.25"])
+    assert cfg.backend == "self" and cfg.real_fraction == 0.25
