@@ -5,8 +5,7 @@ Heavy modules (torch, transformers) load on first use, so ``import envace_gym.ag
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from envace_gym.agents._lazy import lazy_getattr
 
 _LAZY = {
     "LMPolicy": ".lm.policy",
@@ -33,8 +32,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -6,8 +6,7 @@ that e.g. :mod:`.checklist` or :mod:`.config` alone stay light.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from envace_gym.agents._lazy import lazy_getattr
 
 _LAZY = {
     "SFTConfig": ".sft",
@@ -27,8 +26,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

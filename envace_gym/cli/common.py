@@ -24,6 +24,7 @@ __all__ = [
     "EnvArgs",
     "RunArgs",
     "SamplingArgs",
+    "TrainEnvArgs",
     "UserError",
     "adjust_parser",
     "check_lm_policy",
@@ -97,6 +98,13 @@ class EnvArgs:
         if not self.split:
             raise ValueError("--split must not be empty")
         _positive(self, "max_turns", allow_none=True)
+
+
+@dataclass
+class TrainEnvArgs(EnvArgs):
+    """``EnvArgs`` of the training commands (``sft``, ``train``): they draw from the train split."""
+
+    split: str = field(default="train", metadata={"help": "task split trained on (evaluate on another one)"})
 
 
 @dataclass

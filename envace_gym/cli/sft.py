@@ -12,14 +12,21 @@ from dataclasses import dataclass, field
 
 from envace_gym.agents.train.sft import ROLES, SFTConfig, build_sft_examples, train_sft
 
-from .common import LM_POLICY_USAGE, BackendArgs, EnvArgs, RunArgs, SamplingArgs, check_lm_policy, load_lm, make_env
+from .common import (
+    LM_POLICY_USAGE,
+    BackendArgs,
+    RunArgs,
+    SamplingArgs,
+    TrainEnvArgs,
+    check_lm_policy,
+    load_lm,
+    make_env,
+)
 
 __all__ = ["CONFIGS", "SFTArgs", "SFTEnvArgs", "run"]
 
 
-@dataclass
-class SFTEnvArgs(EnvArgs):
-    split: str = field(default="train", metadata={"help": "task split whose reference trajectories are learned"})
+SFTEnvArgs = TrainEnvArgs  # the split whose reference trajectories are learned
 
 
 @dataclass

@@ -14,14 +14,9 @@ from dataclasses import dataclass, field
 
 from envace_gym.agents.train.config import EnvACEConfig, load_config
 
-from .common import LM_POLICY_USAGE, EnvArgs, RunArgs, SamplingArgs, UserError, check_lm_policy, load_lm
+from .common import LM_POLICY_USAGE, RunArgs, SamplingArgs, TrainEnvArgs, UserError, check_lm_policy, load_lm
 
 __all__ = ["CONFIGS", "TrainArgs", "TrainEnvArgs", "run"]
-
-
-@dataclass
-class TrainEnvArgs(EnvArgs):
-    split: str = field(default="train", metadata={"help": "task split trained on (evaluate on another one)"})
 
 
 @dataclass
