@@ -168,3 +168,17 @@ def test_hermes_tool_block_for_templates_without_tools(policy):
     assert "- get_balance(account_id: string)" in compact and "<tool_call>" in compact
     assert "<tools>" in hermes and '"name": "get_balance"' in hermes
     assert len(hermes) > 2 * len(compact)
+
+
+def test_the_converted_model_cache_is_keyed_by_the_file_not_its_path(tmp_path):
+    """Two installs of the same model package (worktrees, a CI clone) share one converted copy: a path in the
+    key made each re-convert and swap the folder out under processes reading it."""
+    from envace_gym.agents.lm.models import _source_fingerprint
+
+    a, b = tmp_path / "venv-a" / "m.gguf", tmp_path / "venv-b" / "m.gguf"
+    for path, data in ((a, b"x" * 10), (b, b"y" * 10)):
+        path.parent.mkdir()
+        path.write_bytes(data)
+    assert _source_fingerprint(a) == _source_fingerprint(b)
+    b.write_bytes(b"y" * 11)  # another file: another key
+    assert _source_fingerprint(a) != _source_fingerprint(b)

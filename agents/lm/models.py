@@ -55,8 +55,15 @@ def default_gguf_path() -> Path:
 
 
 def _source_fingerprint(gguf: Path) -> dict[str, Any]:
-    stat = gguf.stat()
-    return {"gguf": str(gguf), "size": stat.st_size}
+    # What the file is, not where it is: every venv (worktrees, a CI clone) shares one converted copy, and no
+    # process re-converts (and swaps out) a cache that another process is reading.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        package = version(DEFAULT_PACKAGE.replace("_", "-"))
+    except PackageNotFoundError:
+        package = None
+    return {"gguf": gguf.name, "size": gguf.stat().st_size, "package": package}
 
 
 def ensure_default_model(progress: bool = True) -> Path:
@@ -83,9 +90,14 @@ def ensure_default_model(progress: bool = True) -> Path:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / _MARKER).write_text(json.dumps(_source_fingerprint(gguf)))
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)  # atomic on one file system: a crash never leaves a half-written cache
+        # Move the stale copy aside before the rename (atomic on one file system): a crash never leaves a
+        # half-written cache, and a reader never finds the folder missing for longer than two renames.
+        stale = target.with_name(f".{DEFAULT_NAME}-stale-{os.getpid()}") if target.exists() else None
+        if stale is not None:
+            target.rename(stale)
+        tmp.rename(target)
+        if stale is not None:
+            shutil.rmtree(stale, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
