@@ -31,8 +31,7 @@ from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.chat import ROLES, TokenStream
 from envace_gym.rehearsal import EnvRoleSample
-
-from .batching import BatchingImaginer, step_concurrently
+from envace_gym.rehearsal.batching import step_batched
 
 if TYPE_CHECKING:
     from envace_gym.agents.lm.engine import SamplingConfig
@@ -239,46 +238,6 @@ def _text_policies(policy: Any, n_envs: int) -> list[TextPolicy]:
     return actors
 
 
-def _imaginer(slot: _Slot) -> Any:
-    return slot.env.get_wrapper_attr("imaginer") if slot.rehearsal else None
-
-
-def _set_imaginer(slot: _Slot, imaginer: Any) -> None:
-    # force=False: set it where the wrapper chain has it (the SelfRehearsalEnv), never create it on top.
-    if not slot.env.set_wrapper_attr("imaginer", imaginer, force=False):
-        raise AttributeError(f"no wrapper of {slot.env} has an imaginer")
-
-
-def _step_all(slots: Sequence[_Slot], actions: Sequence[str], pool: ThreadPoolExecutor | None) -> list[tuple]:
-    """``env.step`` for every slot. Where two or more envs share an env role that can batch
-    (``imagine_batch``), their steps run in threads so that its requests go out as one batch."""
-    groups: dict[int, list[int]] = {}
-    for i, slot in enumerate(slots):
-        imaginer = _imaginer(slot)
-        if hasattr(imaginer, "imagine_batch"):
-            groups.setdefault(id(imaginer), []).append(i)
-    originals = {i: _imaginer(slots[i]) for members in groups.values() if len(members) > 1 for i in members}
-    if pool is None or not originals:
-        return [slot.env.step(a) for slot, a in zip(slots, actions, strict=True)]
-    batchers = {
-        key: BatchingImaginer(originals[members[0]], len(members))
-        for key, members in groups.items()
-        if len(members) > 1
-    }
-    batcher_of = {i: batchers[id(imaginer)] for i, imaginer in originals.items()}
-    try:
-        for i, batcher in batcher_of.items():
-            _set_imaginer(slots[i], batcher)
-        steps = [
-            (lambda slot=slot, a=a: slot.env.step(a), batcher_of.get(i))
-            for i, (slot, a) in enumerate(zip(slots, actions, strict=True))
-        ]
-        return step_concurrently(pool, steps)
-    finally:
-        for i, original in originals.items():
-            _set_imaginer(slots[i], original)
-
-
 def _splice_inline(stream: TokenStream, sample: EnvRoleSample) -> bool:
     """Append an inline env-role answer to the actor's stream as generated: the tool-message header the
     policy encoded (``external``), then the sampled result tokens (``env_role``). False (nothing appended)
@@ -388,7 +347,7 @@ def collect(
             on_episode(traj, info)
         bar.update(1)
 
-    # Threads only to batch the env role across envs (see _step_all); generation stays in one thread.
+    # Threads only to batch the env role across envs (see step_batched); generation stays in one thread.
     pool = (
         ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="envace-step")
         if len(slots) > 1 and any(s.rehearsal for s in slots)
@@ -409,7 +368,7 @@ def collect(
                 actions = _generate(lm, active, sampling, generator)
             else:
                 actions = [slot.actor.act(slot.obs, slot.info) for slot in active]
-            outcomes = _step_all(active, actions, pool)
+            outcomes = step_batched([s.env for s in active], actions, pool)
             still = []
             for slot, (obs, reward, terminated, truncated, info) in zip(active, outcomes, strict=True):
                 spliced = lm is not None  # inline answers continue an LM actor's token stream (text policies have none)
