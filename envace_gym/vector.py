@@ -14,6 +14,7 @@ with Gymnasium's shared-memory utilities.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from copy import deepcopy
@@ -21,14 +22,15 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import concatenate, iterate
 
 from .backends.spec import parse_backend_spec
 from .rehearsal.batching import imaginer_of, step_batched
 from .rehearsal.wrapper import SelfRehearsalEnv
 
-__all__ = ["ToolCallVectorEnv", "make_vector", "PER_ENV_OPTIONS"]
+__all__ = ["ToolCallVectorEnv", "ToolCallAsyncVectorEnv", "WorkerDiedError", "make_vector", "PER_ENV_OPTIONS"]
 
 #: Reset options that may be given per env, as a list with one entry per env.
 PER_ENV_OPTIONS = ("task_id",)
@@ -149,6 +151,57 @@ class ToolCallVectorEnv(SyncVectorEnv):
         super().close_extras(**kwargs)
 
 
+class WorkerDiedError(RuntimeError):
+    """A worker process of a :class:`ToolCallAsyncVectorEnv` died; the vector env is closed."""
+
+
+def _reports_dead_workers(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def run(self: ToolCallAsyncVectorEnv, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (BrokenPipeError, EOFError, ConnectionResetError) as exc:
+            dead = self._dead_workers()
+            if not dead:
+                raise
+            self._state = AsyncState.DEFAULT  # nothing pending can complete now
+            self.close(terminate=True)
+            raise WorkerDiedError(
+                f"{type(self).__name__}: {'; '.join(dead)}; the vector env is closed, build a new one"
+            ) from exc
+
+    return run
+
+
+class ToolCallAsyncVectorEnv(AsyncVectorEnv):
+    """Gymnasium's ``AsyncVectorEnv`` (one process per env, observations in shared memory), except that a
+    worker that dies (killed, out of memory, a crash in native code) raises :class:`WorkerDiedError`
+    naming the worker, its pid and exit code, and closes the vector env, instead of a bare
+    ``BrokenPipeError``/``EOFError``. Gymnasium's own call never hangs on a dead worker either (its pipe
+    is closed), but says nothing of which worker or why. Env-role requests are not batched across
+    processes: each worker's env role is its own copy of the imaginer.
+    """
+
+    def _dead_workers(self) -> list[str]:
+        dead = []
+        for i, process in enumerate(self.processes):
+            process.join(timeout=0.5)  # a worker that just died may not be reaped yet
+            if process.exitcode is not None:
+                how = (
+                    f"killed by signal {-process.exitcode}" if process.exitcode < 0 else f"exit code {process.exitcode}"
+                )
+                dead.append(f"worker {i} (pid {process.pid}) died ({how})")
+        return dead
+
+    reset_async = _reports_dead_workers(AsyncVectorEnv.reset_async)
+    reset_wait = _reports_dead_workers(AsyncVectorEnv.reset_wait)
+    step_async = _reports_dead_workers(AsyncVectorEnv.step_async)
+    step_wait = _reports_dead_workers(AsyncVectorEnv.step_wait)
+    call_async = _reports_dead_workers(AsyncVectorEnv.call_async)
+    call_wait = _reports_dead_workers(AsyncVectorEnv.call_wait)
+    set_attr = _reports_dead_workers(AsyncVectorEnv.set_attr)
+
+
 def make_vector(
     num_envs: int = 1,
     *,
@@ -157,9 +210,10 @@ def make_vector(
     rehearsal: dict[str, Any] | None = None,
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     copy: bool = True,
+    asynchronous: bool = False,
     max_episode_steps: int | None = None,
     **env_kwargs: Any,
-) -> ToolCallVectorEnv:
+) -> ToolCallVectorEnv | ToolCallAsyncVectorEnv:
     """The registration's ``vector_entry_point``: ``gym.make_vec(env_id, num_envs, **kwargs)`` lands here.
 
     Args:
@@ -171,6 +225,9 @@ def make_vector(
             ``SelfRehearsalEnv(gym.make(env_id, backend="real", ...), imaginer, mode=...)``.
         rehearsal: more ``SelfRehearsalEnv`` kwargs (``grounding``, ``on_invalid``, ``real_fraction``, ...).
         autoreset_mode, copy: as :class:`ToolCallVectorEnv`.
+        asynchronous: one process per env (:class:`ToolCallAsyncVectorEnv`: dead workers reported clearly),
+            for slow tools; the env role is then not batched across envs. ``gym.make_vec(...,
+            vectorization_mode="async")`` gives Gymnasium's plain ``AsyncVectorEnv`` instead.
         max_episode_steps: wraps each env in ``TimeLimit`` (as ``gym.make``).
         env_kwargs: ``gym.make``'s kwargs for the single env (``suite``, ``split``, ``backend``, ...).
 
@@ -197,4 +254,6 @@ def make_vector(
         mode = "inline" if spec.kind == "self-inline" else "prompted"
         return SelfRehearsalEnv(env, imaginer, **{"mode": mode, **(rehearsal or {})})
 
-    return ToolCallVectorEnv([build for _ in range(num_envs)], copy=copy, autoreset_mode=autoreset_mode)
+    if asynchronous:
+        return ToolCallAsyncVectorEnv([build] * num_envs, copy=copy, autoreset_mode=autoreset_mode)
+    return ToolCallVectorEnv([build] * num_envs, copy=copy, autoreset_mode=autoreset_mode)

@@ -207,11 +207,14 @@ class _Slot:
 
 
 def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> list[gym.Env]:
+    """The envs to step: a list as given, or the sub-envs of a vector env that steps them in this process
+    (``gym.make_vec("EnvACE-ToolCall-v0")``'s native ``ToolCallVectorEnv``, or a ``SyncVectorEnv``)."""
     if isinstance(envs, gym.vector.SyncVectorEnv):
         return list(envs.envs)  # stepped directly: conversations need per-env control of resets
     if isinstance(envs, gym.vector.VectorEnv):
         raise TypeError(
-            "collect() takes a list of envs or a SyncVectorEnv; AsyncVectorEnv sub-envs live in other processes"
+            f"collect() takes a list of envs or an in-process vector env (gym.make_vec's default, or "
+            f"vectorization_mode='sync'); {type(envs).__name__} sub-envs live in other processes"
         )
     envs = list(envs)
     if not envs:
@@ -286,8 +289,10 @@ def collect(
     """Run ``episodes`` episodes over ``envs`` in lockstep and return their trajectories (in episode order).
 
     Args:
-        envs: the envs to step (a list or a ``SyncVectorEnv``; each runs one episode at a time, so
-            ``len(envs)`` is the batch size).
+        envs: the envs to step: a list, or an in-process vector env (``gym.make_vec("EnvACE-ToolCall-v0",
+            num_envs=n)``, a ``SyncVectorEnv``), whose sub-envs are then stepped directly (each runs one
+            episode at a time, so the number of envs is the batch size; reset the vector env before stepping
+            it yourself again). Envs that share a batching env role send each step's requests as one batch.
         policy: an :class:`LMPolicy` (its engine generates every actor turn, for all envs in one call), or
             text policies: one ``TextPolicy`` for a single env, else a list with one per env (each is
             ``reset()`` at the start of each of its episodes).
