@@ -27,7 +27,7 @@ from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import concatenate, iterate
 
 from .backends.spec import parse_backend_spec
-from .rehearsal.batching import imaginer_of, step_batched
+from .rehearsal.batching import step_batched
 from .rehearsal.wrapper import SelfRehearsalEnv
 
 __all__ = ["ToolCallVectorEnv", "ToolCallAsyncVectorEnv", "WorkerDiedError", "make_vector", "PER_ENV_OPTIONS"]
@@ -67,11 +67,9 @@ class ToolCallVectorEnv(SyncVectorEnv):
         if not fns:
             raise ValueError("ToolCallVectorEnv needs at least one env")
         super().__init__(fns, copy=copy, autoreset_mode=autoreset_mode)
-        # Threads only matter when an env role can batch (see step_batched); generation stays in one thread.
-        batching = self.num_envs > 1 and any(hasattr(imaginer_of(e), "imagine_batch") for e in self.envs)
-        self._pool = (
-            ThreadPoolExecutor(max_workers=self.num_envs, thread_name_prefix="envace-vec") if batching else None
-        )
+        # Used only when two or more envs share an env role that batches (step_batched's rule); an executor
+        # starts its threads on first use, so an unused one costs nothing.
+        self._pool = ThreadPoolExecutor(max_workers=self.num_envs, thread_name_prefix="envace-vec")
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
@@ -146,8 +144,7 @@ class ToolCallVectorEnv(SyncVectorEnv):
         )
 
     def close_extras(self, **kwargs: Any) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
+        self._pool.shutdown()
         super().close_extras(**kwargs)
 
 

@@ -254,6 +254,20 @@ def test_the_native_vector_env_sends_each_steps_env_role_as_one_batch_with_uncha
     assert all(e.get_wrapper_attr("imaginer") is role for e in vec.envs)  # the batcher was only borrowed
 
 
+def test_built_envs_are_taken_as_they_are():
+    role = EchoRole()
+    built = [SelfRehearsalEnv(_single(), role, on_invalid="error_observation"), _single()]
+    vec = ToolCallVectorEnv(built)
+    assert vec.envs == built
+    vec.reset(seed=0, options={"task_id": TASK})
+    obs = vec.step([BALANCE, BALANCE])[0]
+    assert role.singles == 1 and role.batches == []  # one env with this role: asked directly, nothing to batch
+    assert '"tool": "get_balance"' in obs[0] and '"balance": 2215.7' in obs[1]  # imagined vs real
+    vec.close()
+    with pytest.raises(ValueError, match="at least one env"):
+        ToolCallVectorEnv([])
+
+
 def test_make_vector_says_what_an_imagined_backend_needs():
     with pytest.raises(ValueError, match="pass imaginer="):
         make_vector(2, backend="self", **BANK)
