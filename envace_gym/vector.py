@@ -18,6 +18,7 @@ import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from copy import deepcopy
+from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
 
 import gymnasium as gym
@@ -180,9 +181,13 @@ class ToolCallAsyncVectorEnv(AsyncVectorEnv):
     """
 
     def _dead_workers(self) -> list[str]:
+        # A worker whose pipe just broke may not have exited yet: wait (briefly) for one that has, and reap
+        # those that have (their exit code is known only then).
+        ended = wait_for_sentinels([p.sentinel for p in self.processes], timeout=1.0)
         dead = []
         for i, process in enumerate(self.processes):
-            process.join(timeout=0.5)  # a worker that just died may not be reaped yet
+            if process.sentinel in ended:
+                process.join(timeout=1.0)
             if process.exitcode is not None:
                 how = (
                     f"killed by signal {-process.exitcode}" if process.exitcode < 0 else f"exit code {process.exitcode}"

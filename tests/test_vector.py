@@ -351,7 +351,8 @@ def test_a_killed_worker_raises_a_clear_error_in_the_parent(when):
     assert isinstance(vec, ToolCallAsyncVectorEnv)
     vec.reset(seed=0, options={"task_id": TASK})
     pid = vec.processes[1].pid
-    if when == "during_step":
+    if when == "during_step":  # stopped first, so that it dies with the step in flight, not after it
+        os.kill(pid, signal.SIGSTOP)
         vec.step_async([BALANCE, BALANCE])
     os.kill(pid, signal.SIGKILL)
     out = _bounded(vec.step_wait if when == "during_step" else lambda: vec.step([BALANCE, BALANCE]))
