@@ -13,6 +13,7 @@ from gymnasium.vector import AutoresetMode
 from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
 from envace_gym.agents.rollout import collect
 from envace_gym.agents.scripted import OraclePolicy
+from envace_gym.rehearsal import RealResultImaginer
 from envace_gym.spaces import UnicodeText, fit_shared_text
 from envace_gym.vector import ToolCallAsyncVectorEnv, ToolCallVectorEnv, WorkerDiedError, make_vector
 
@@ -266,6 +267,27 @@ def test_built_envs_are_taken_as_they_are():
     vec.close()
     with pytest.raises(ValueError, match="at least one env"):
         ToolCallVectorEnv([])
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_gymnasiums_vector_envs_take_the_rehearsal_wrapper_through_wrappers(mode):
+    """Gymnasium's way to wrap each env: a perfect env role answers, as the real backend would."""
+    vec = gym.make_vec(
+        "EnvACE-ToolCall-v0",
+        num_envs=2,
+        vectorization_mode=mode,
+        wrappers=[lambda e: SelfRehearsalEnv(e, RealResultImaginer(e))],
+        **BANK,
+    )
+    try:
+        vec.reset(seed=0, options={"task_id": TASK})
+        obs, _, _, _, info = vec.step([BALANCE, ODD])
+    finally:
+        vec.close()
+    single = _single()
+    single.reset(options={"task_id": TASK})
+    assert obs[0] == single.step(BALANCE)[0]
+    assert [[s.tool for s in r] for r in info["rehearsal"]] == [["get_balance"], ["get_balance"]]  # imagined
 
 
 def test_make_vector_says_what_an_imagined_backend_needs():
