@@ -213,7 +213,7 @@ def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> list[gym.Env
         return list(envs.envs)  # stepped directly: conversations need per-env control of resets
     if isinstance(envs, gym.vector.VectorEnv):
         raise TypeError(
-            f"collect() takes a list of envs or an in-process vector env (gym.make_vec's default, or "
+            "collect() takes a list of envs or an in-process vector env (gym.make_vec's default, or "
             f"vectorization_mode='sync'); {type(envs).__name__} sub-envs live in other processes"
         )
     envs = list(envs)
