@@ -22,6 +22,7 @@ from .rewards import register_reward_basis
 from .suites import load_suite, register_suite, suite_names
 from .tasks import RefCall, RefTurn, Task, TaskFormatError, TaskSuite
 from .tools import SchemaError, ToolSpec
+from .vector import ToolCallVectorEnv
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ def __getattr__(name: str):
 __all__ = [
     "BUILTIN_DOMAINS",
     "ToolCallEnv",
+    "ToolCallVectorEnv",
     "SelfRehearsalEnv",
     "ImagineRequest",
     "EnvRoleSample",

@@ -130,7 +130,7 @@ class ToolCallEnv(gym.Env[str, str]):
             if spec.imagined:
                 raise ValueError(
                     f"backend {backend!r} is imagined: wrap the env in envace_gym.SelfRehearsalEnv(env, policy) "
-                    "(the CLI's --backend self does this)"
+                    "(the CLI's --backend self does this), or use gym.make_vec(..., backend=..., imaginer=policy)"
                 )
         if isinstance(tasks, TaskSuite):
             self.suite = tasks

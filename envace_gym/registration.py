@@ -12,7 +12,7 @@ import gymnasium as gym
 from .backends import backend_names, register_backend
 from .suites import register_suite, register_suite_family, suite_names
 
-__all__ = ["BUILTIN_DOMAINS", "ENV_IDS", "register_all"]
+__all__ = ["BUILTIN_DOMAINS", "ENV_IDS", "VECTOR_ENTRY_POINTS", "register_all"]
 
 BUILTIN_DOMAINS = ("bank", "files", "retail", "travel")
 
@@ -22,6 +22,9 @@ ENV_IDS = {
     "EnvACE-BFCL-v0": "envace_gym.envs.bfcl:BFCLEnv",
     "EnvACE-Tau2-v0": "envace_gym.envs.tau2:Tau2Env",
 }
+
+#: Gymnasium id -> native vector env (``gym.make_vec(id, num_envs)``; other ids vectorize with ``sync``/``async``).
+VECTOR_ENTRY_POINTS = {"EnvACE-ToolCall-v0": "envace_gym.vector:make_vector"}
 
 
 def register_all() -> None:
@@ -38,4 +41,4 @@ def register_all() -> None:
     register_suite_family("tau2", "envace_gym.envs.tau2.domains:DOMAINS", "envace_gym.envs.tau2:load_suite")
     for env_id, entry_point in ENV_IDS.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point)
+            gym.register(id=env_id, entry_point=entry_point, vector_entry_point=VECTOR_ENTRY_POINTS.get(env_id))

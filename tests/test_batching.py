@@ -15,8 +15,8 @@ from envace_gym.agents.lm import engine as engine_module
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.rollout import collect
-from envace_gym.agents.rollout.batching import BatchingImaginer, step_concurrently
 from envace_gym.rehearsal import ImagineRequest
+from envace_gym.rehearsal.batching import BatchingImaginer, step_concurrently
 
 
 class RecordingBatcher:

@@ -26,10 +26,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from envace_gym.agents.rollout.batching import BatchingImaginer, step_concurrently
 from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.calls import canonical_json
 from envace_gym.rehearsal import ImagineRequest, SelfRehearsalEnv, parse_execution_result, parse_inline_result
+from envace_gym.rehearsal.batching import BatchingImaginer, step_concurrently
 
 __all__ = ["leaf_f1", "FidelityStats", "fidelity_report", "fidelity_table", "plot_fidelity", "save_report"]
 

@@ -31,8 +31,7 @@ from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.chat import ROLES, TokenStream
 from envace_gym.rehearsal import EnvRoleSample
-
-from .batching import BatchingImaginer, step_concurrently
+from envace_gym.rehearsal.batching import step_batched
 
 if TYPE_CHECKING:
     from envace_gym.agents.lm.engine import SamplingConfig
@@ -208,11 +207,14 @@ class _Slot:
 
 
 def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> list[gym.Env]:
+    """The envs to step: a list as given, or the sub-envs of a vector env that steps them in this process
+    (``gym.make_vec("EnvACE-ToolCall-v0")``'s native ``ToolCallVectorEnv``, or a ``SyncVectorEnv``)."""
     if isinstance(envs, gym.vector.SyncVectorEnv):
         return list(envs.envs)  # stepped directly: conversations need per-env control of resets
     if isinstance(envs, gym.vector.VectorEnv):
         raise TypeError(
-            "collect() takes a list of envs or a SyncVectorEnv; AsyncVectorEnv sub-envs live in other processes"
+            "collect() takes a list of envs or an in-process vector env (gym.make_vec's default, or "
+            f"vectorization_mode='sync'); {type(envs).__name__} sub-envs live in other processes"
         )
     envs = list(envs)
     if not envs:
@@ -237,46 +239,6 @@ def _text_policies(policy: Any, n_envs: int) -> list[TextPolicy]:
         if not (callable(getattr(actor, "act", None)) and callable(getattr(actor, "reset", None))):
             raise TypeError(f"{actor!r} is neither an LM policy nor a text policy (reset(), act(obs, info))")
     return actors
-
-
-def _imaginer(slot: _Slot) -> Any:
-    return slot.env.get_wrapper_attr("imaginer") if slot.rehearsal else None
-
-
-def _set_imaginer(slot: _Slot, imaginer: Any) -> None:
-    # force=False: set it where the wrapper chain has it (the SelfRehearsalEnv), never create it on top.
-    if not slot.env.set_wrapper_attr("imaginer", imaginer, force=False):
-        raise AttributeError(f"no wrapper of {slot.env} has an imaginer")
-
-
-def _step_all(slots: Sequence[_Slot], actions: Sequence[str], pool: ThreadPoolExecutor | None) -> list[tuple]:
-    """``env.step`` for every slot. Where two or more envs share an env role that can batch
-    (``imagine_batch``), their steps run in threads so that its requests go out as one batch."""
-    groups: dict[int, list[int]] = {}
-    for i, slot in enumerate(slots):
-        imaginer = _imaginer(slot)
-        if hasattr(imaginer, "imagine_batch"):
-            groups.setdefault(id(imaginer), []).append(i)
-    originals = {i: _imaginer(slots[i]) for members in groups.values() if len(members) > 1 for i in members}
-    if pool is None or not originals:
-        return [slot.env.step(a) for slot, a in zip(slots, actions, strict=True)]
-    batchers = {
-        key: BatchingImaginer(originals[members[0]], len(members))
-        for key, members in groups.items()
-        if len(members) > 1
-    }
-    batcher_of = {i: batchers[id(imaginer)] for i, imaginer in originals.items()}
-    try:
-        for i, batcher in batcher_of.items():
-            _set_imaginer(slots[i], batcher)
-        steps = [
-            (lambda slot=slot, a=a: slot.env.step(a), batcher_of.get(i))
-            for i, (slot, a) in enumerate(zip(slots, actions, strict=True))
-        ]
-        return step_concurrently(pool, steps)
-    finally:
-        for i, original in originals.items():
-            _set_imaginer(slots[i], original)
 
 
 def _splice_inline(stream: TokenStream, sample: EnvRoleSample) -> bool:
@@ -327,8 +289,10 @@ def collect(
     """Run ``episodes`` episodes over ``envs`` in lockstep and return their trajectories (in episode order).
 
     Args:
-        envs: the envs to step (a list or a ``SyncVectorEnv``; each runs one episode at a time, so
-            ``len(envs)`` is the batch size).
+        envs: the envs to step: a list, or an in-process vector env (``gym.make_vec("EnvACE-ToolCall-v0",
+            num_envs=n)``, a ``SyncVectorEnv``), whose sub-envs are then stepped directly (each runs one
+            episode at a time, so the number of envs is the batch size; reset the vector env before stepping
+            it yourself again). Envs that share a batching env role send each step's requests as one batch.
         policy: an :class:`LMPolicy` (its engine generates every actor turn, for all envs in one call), or
             text policies: one ``TextPolicy`` for a single env, else a list with one per env (each is
             ``reset()`` at the start of each of its episodes).
@@ -388,7 +352,7 @@ def collect(
             on_episode(traj, info)
         bar.update(1)
 
-    # Threads only to batch the env role across envs (see _step_all); generation stays in one thread.
+    # Threads only to batch the env role across envs (see step_batched); generation stays in one thread.
     pool = (
         ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="envace-step")
         if len(slots) > 1 and any(s.rehearsal for s in slots)
@@ -409,7 +373,7 @@ def collect(
                 actions = _generate(lm, active, sampling, generator)
             else:
                 actions = [slot.actor.act(slot.obs, slot.info) for slot in active]
-            outcomes = _step_all(active, actions, pool)
+            outcomes = step_batched([s.env for s in active], actions, pool)
             still = []
             for slot, (obs, reward, terminated, truncated, info) in zip(active, outcomes, strict=True):
                 spliced = lm is not None  # inline answers continue an LM actor's token stream (text policies have none)

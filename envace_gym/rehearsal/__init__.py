@@ -10,12 +10,15 @@
 * :mod:`.backend`: :class:`ImaginedBackend`, a backend like any other.
 * :mod:`.wrapper`: :class:`SelfRehearsalEnv`, which gives that backend to the env it wraps;
   :class:`RealResultImaginer`, a perfect env role (the real results).
+* :mod:`.batching`: :class:`BatchingImaginer` and :func:`step_batched`: envs that step at the same time send
+  their env-role requests as one batch (used by :mod:`envace_gym.vector` and the rollout engine).
 
 ``mode="inline"`` (beyond the paper) lets the policy write the ``tool`` message inside the actor's own
 context, so an engine that keeps the actor's KV cache computes only the result's tokens.
 """
 
 from .backend import ActorContext, ImaginedBackend
+from .batching import BatchingImaginer, step_batched, step_concurrently
 from .prompt import (
     GROUNDINGS,
     SIMULATOR_SYSTEM_PROMPT,
@@ -38,6 +41,9 @@ __all__ = [
     "ImaginedBackend",
     "SelfRehearsalEnv",
     "RealResultImaginer",
+    "BatchingImaginer",
+    "step_batched",
+    "step_concurrently",
     "SIMULATOR_SYSTEM_PROMPT",
     "build_simulator_prompt",
     "parse_execution_result",
