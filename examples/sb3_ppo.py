@@ -29,6 +29,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import envace_gym
@@ -98,6 +99,22 @@ def record_replay(path: Path, tasks: list[Any], args: argparse.Namespace) -> int
                 env.step(int(index))
                 steps += 1
     return steps
+
+
+class EpisodeTally(BaseCallback):
+    """Counts training episodes, their successes, and those ended by an unusable imagined result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.episodes = self.successes = self.aborted = 0
+
+    def _on_step(self) -> bool:
+        for done, info in zip(self.locals["dones"], self.locals["infos"], strict=True):
+            if done:
+                self.episodes += 1
+                self.successes += bool(info.get("success"))
+                self.aborted += "aborted" in info
+        return True
 
 
 def line(name: str, wins: int, n: int) -> str:
@@ -176,14 +193,18 @@ def main() -> None:
 
     before_ppo = evaluate(eval_env, test, greedy)
     t1 = time.time()
-    model.learn(total_timesteps=args.timesteps)
+    tally = EpisodeTally()
+    model.learn(total_timesteps=args.timesteps, callback=tally)
     train_s = time.time() - t1
     after = evaluate(eval_env, test, greedy)
     print(f"success on {len(test)} {args.eval_split} tasks ({eval_backend} backend):")
     print(line("random (uniform over k)", *before_random))
     print(line("PPO untrained", *before_ppo))
     print(line(f"PPO after {args.timesteps} steps", *after))
-    print(f"training {train_s:.1f} s, total {time.time() - t0:.1f} s")
+    print(
+        f"training: {tally.episodes} episodes, {tally.successes} successes, {tally.aborted} ended by an unusable "
+        f"imagined result; {train_s:.1f} s, total {time.time() - t0:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -84,7 +84,16 @@ def _options(name: str, schema: dict[str, Any], values: Sequence[Value], per_par
     fit = [v for v in values if v.shape == shape or (shape == "text" and v.shape != "number")]
     if kind == "integer":
         fit = [v for v in fit if float(v.value) == int(float(v.value))]
-    fit.sort(key=lambda v: v.key != name)  # stable: same-key results first, order otherwise kept
+    example = _EXAMPLE.search(str(schema.get("description", "")))
+    words = len(example.group(1).split()) if example else None
+
+    def rank(v: Value) -> tuple[bool, bool, int]:
+        # Same-key results first; for free text, plain text before values of a sharper shape; then the
+        # word count closest to the example's (a city, "Lisbon", vs a person, "Ana Silva"); stable otherwise.
+        closeness = abs(len(str(v.value).split()) - words) if words and v.shape != "number" else 0
+        return v.key != name, shape == "text" and v.shape != "text", closeness
+
+    fit.sort(key=rank)
     out: list[Any] = []
     for v in fit:
         value = int(float(v.value)) if kind == "integer" else v.value

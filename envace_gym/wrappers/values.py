@@ -27,7 +27,7 @@ _ID = re.compile(r"\b[A-Za-z]{1,4}-?\d[\w-]*\b")
 _CODE = re.compile(r"\b[A-Z]{3}\b")
 _NAME = re.compile(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)+\b")
 # One capitalised word (a city) counts only mid-sentence, so "Could" or "Hello" is not a name.
-_WORD_NAME = re.compile(r"(?<=[a-z,] )[A-Z][a-z]+\b")
+_WORD_NAME = re.compile(r"(?:(?<=[a-z,>:] )|(?<=[a-z]-))[A-Z][a-z]+\b")
 _QUOTED = re.compile(r"[\"“']([^\"”'\n]{1,60})[\"”']")
 _NUMBER = re.compile(r"(?<![\w.\-/])\d+(?:,\d{3})*(?:\.\d+)?(?![\w\-/])")
 # Longest-first, so "A-5247" is one id and not the number 5247.
@@ -83,9 +83,15 @@ def user_values(text: str) -> list[Value]:
 
     for shape, pattern in _TEXT_PATTERNS:
         for m in pattern.finditer(text):
-            if free(*m.span()):
-                taken.append(m.span())
-                found.append((m.start(), Value(m.group(0), shape)))
+            start, word = m.start(), m.group(0)
+            if shape == "name" and word.count(" ") >= 2 and not text[:start].rstrip().endswith((",", ":")):
+                # "Get Anouk Petrov": a sentence's first word is capitalised anyway, so it is dropped
+                first = word.split(" ", 1)[0]
+                if not text[:start].strip() or text[:start].rstrip()[-1] in ".!?":
+                    start, word = start + len(first) + 1, word[len(first) + 1 :]
+            if free(start, start + len(word)):
+                taken.append((start, start + len(word)))
+                found.append((start, Value(word, shape)))
     for m in _QUOTED.finditer(text):  # a quoted phrase is a value of whatever shape it has
         if free(*m.span(1)):
             taken.append(m.span(1))
