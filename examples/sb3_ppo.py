@@ -46,6 +46,28 @@ def subset(split: str, max_calls: int) -> list[Any]:
     return [t for t in suite if len(t.user_turns) == 1 and len(t.reference_calls) <= max_calls]
 
 
+def lm_embedder(spec: str):
+    """``embed(text)``: the mean of a frozen LM's last hidden states, L2-normalised, cached per text."""
+    from functools import lru_cache
+
+    from envace_gym.agents.lm.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(spec, progress=False)
+    model.eval()
+
+    @lru_cache(maxsize=65_536)
+    def embed(text: str) -> np.ndarray:
+        with torch.no_grad():
+            ids = tokenizer(text or " ", return_tensors="pt")
+            hidden = model(**ids, output_hidden_states=True).hidden_states[-1][0].float().mean(0).numpy()
+        return hidden / max(float(np.linalg.norm(hidden)), 1e-6)
+
+    return embed
+
+
+EMBED = None  # set by --embed
+
+
 def make_env(tasks: list[Any], backend: str, args: argparse.Namespace, imaginer: Any = None) -> gym.Env:
     """ToolCallEnv over ``tasks`` -> (SelfRehearsalEnv) -> CandidateActions -> FeatureObservation."""
     env: gym.Env = gym.make(
@@ -53,7 +75,7 @@ def make_env(tasks: list[Any], backend: str, args: argparse.Namespace, imaginer:
     )
     if imaginer is not None:
         env = envace_gym.SelfRehearsalEnv(env, imaginer)
-    return FeatureObservation(CandidateActions(env, k=args.k), dim=args.dim)
+    return FeatureObservation(CandidateActions(env, k=args.k), dim=args.dim, embed=EMBED)
 
 
 def first_call_covered(task: Any, candidates: list[str]) -> bool:
@@ -133,6 +155,7 @@ def main() -> None:
     parser.add_argument("--max-calls", type=int, default=1, help="tasks whose reference takes at most this many")
     parser.add_argument("--eval-episodes", type=int, default=0, help="test tasks scored (0 = all of the subset)")
     parser.add_argument("--eval-split", default="test", help="score on test (default) or train (to choose a budget)")
+    parser.add_argument("--embed", default="", help="append a frozen LM's embedding of the user turn (e.g. default)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -155,6 +178,9 @@ def main() -> None:
         print(f"oracle first call among the {args.k} candidates ({name}): {hits}/{n} = {hits / max(n, 1):.3f}")
 
     t0 = time.time()
+    if args.embed:
+        global EMBED
+        EMBED = lm_embedder(args.embed)
     imaginer, train_backend, eval_backend = None, str(spec), str(spec)
     if spec.kind == "replay" and not Path(spec.target).exists():
         steps = record_replay(Path(spec.target), train + subset("test", args.max_calls), args)

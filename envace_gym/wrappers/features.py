@@ -5,8 +5,8 @@ part: the latest user turn, the tool results since it, the agent's last message,
 is a :class:`~envace_gym.wrappers.CandidateActions`) what each candidate slot holds (which tool, or an
 answer, or padding), so a policy can tell which indices are real. Digits are mapped to ``0`` so that
 ``A-5247`` and ``A-1180`` share features. Hashing uses ``blake2b``, not Python's salted ``hash``: the same
-text gives the same vector in every process. An optional ``embed(text) -> np.ndarray`` (a frozen LM's
-embedding, say) is appended.
+text gives the same vector in every process. An optional ``embed(text) -> np.ndarray`` of the latest user
+turn (a frozen LM's sentence embedding, say: held-out phrasings share meaning, not n-grams) is appended.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class FeatureObservation(gym.Wrapper):
         env: an env whose ``info`` carries ``messages`` (``EnvACE-ToolCall-v0`` and its wrappers).
         dim: hashed n-gram buckets.
         ngram: the longest word n-gram hashed.
-        embed: optional ``embed(text) -> 1-D array`` of a fixed size, applied to the fields' text joined.
+        embed: optional ``embed(text) -> 1-D array`` of a fixed size, applied to the latest user turn.
         slots: hash ``info["candidates"]`` as well, when the env below provides them.
     """
 
@@ -110,8 +110,8 @@ class FeatureObservation(gym.Wrapper):
         candidates = info.get("candidates") if self.slots else None
         fields = history_fields(info.get("messages", []), candidates, info.get("action_mask"))
         out = hashed_ngrams(fields, self.dim, self.ngram)
-        if self.embed is not None:
-            vec = np.asarray(self.embed("\n".join(t for _, t in fields[:3])), dtype=np.float32)
+        if self.embed is not None:  # of the latest user turn: what is asked, in words n-grams may not share
+            vec = np.asarray(self.embed(fields[0][1]), dtype=np.float32)
             out = np.concatenate([out, vec])
         return out
 
