@@ -66,6 +66,7 @@ def run_ours(args, policy, tasks) -> list[dict]:
         max_new_tokens=args.max_new_tokens,
         temperature=1.0,
         bf16=False,  # TRL's CPU run is float32 too
+        detach_prompt=not args.no_detach_prompt,
         save_every=10_000,
         log_trajectories_every=0,
     )
@@ -147,6 +148,11 @@ def main() -> None:
     parser.add_argument(
         "--env-reward", action="store_true", help="the tasks' own reward (default: a transcript hash, see above)"
     )
+    parser.add_argument(
+        "--no-detach-prompt",
+        action="store_true",
+        help="ours computes the exact gradient through the prompt, as TRL does (default: our default, detached)",
+    )
     parser.add_argument("--arm", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
@@ -172,7 +178,8 @@ def main() -> None:
         return
     print(
         f"policy {args.policy}, {args.suite}, {args.tasks_per_step} tasks x group {args.group_size}, "
-        f"{args.steps} steps (first one not timed), real backend, max {args.max_turns} turns"
+        f"{args.steps} steps (first one not timed), real backend, max {args.max_turns} turns, "
+        f"ours with {'the exact gradient' if args.no_detach_prompt else 'the prompt detached'}"
     )
     print(f"{'':8}{'step tok/s':>12}{'update tok/s':>14}{'peak RSS MB':>13}{'model tokens':>14}")
     for name, r in results.items():

@@ -154,7 +154,8 @@ class EnvACERolloutFunc:
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training  # read first: building the engine switches the model to eval
         policy = self.policy(trainer)
-        seed = (args.seed if self.seed is None else self.seed) * 1_000_003 + next(self._calls) * 7919
+        rank = getattr(trainer.accelerator, "process_index", 0)  # ranks must not draw the same tokens
+        seed = (args.seed if self.seed is None else self.seed) * 1_000_003 + next(self._calls) * 7919 + rank * 101
         # Both roles sample at TRL's temperature, which its loss divides the logits by.
         sampling = SamplingConfig(args.temperature, args.top_p or 1.0, self.max_new_tokens, seed=seed)
         policy.sampling = sampling
