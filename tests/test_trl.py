@@ -124,6 +124,10 @@ def test_grpo_trainer_two_steps_gets_our_role_tags_as_env_mask(monkeypatch, tmp_
     logged = [r["completions/mean_length"] for r in trainer.state.log_history if "completions/mean_length" in r]
     expected = [sum(map(sum, out["env_mask"])) / batch for _, out, _ in captured]
     assert logged == pytest.approx(expected)
+    # Every episode ended on the engine's stop token, which TRL takes for EOS: no row looks truncated (with
+    # mask_truncated_completions=True a truncated-looking row would lose its whole loss).
+    clipped = [r["completions/clipped_ratio"] for r in trainer.state.log_history if "completions/clipped_ratio" in r]
+    assert clipped == [0.0] * steps
     assert expected != pytest.approx([sum(map(len, out["completion_ids"])) / batch for _, out, _ in captured])
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.model.parameters(), strict=True))
 

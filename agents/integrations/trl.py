@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -111,7 +112,7 @@ class EnvACERolloutFunc:
     backend: str = "real"
     train_env_role: bool = False
     max_new_tokens: int = 96
-    seed: int = 0
+    seed: int | None = 0
     last: list[Trajectory] = field(default_factory=list, repr=False)
     timings: list[float] = field(default_factory=list, repr=False)
     _envs: list[gym.Env] = field(default_factory=list, repr=False)
@@ -289,8 +290,6 @@ def _tool_method(spec: dict[str, Any]) -> Callable[..., str]:
         annotations[arg] = tp
         desc = " ".join(str(schema.get("description") or arg).split())
         if "enum" in schema:
-            import json
-
             desc += f" (choices: {json.dumps(schema['enum'])})"
         lines.append(f"    {arg}: {desc}")
     doc = " ".join(str(fn_spec.get("description") or name).split())
