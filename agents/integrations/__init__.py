@@ -13,6 +13,7 @@ _LAZY = {
     "env_reward": ".trl",
     "make_environment_factory": ".trl",
     "make_rollout_func": ".trl",
+    "split_trajectory": ".trl",
     "task_dataset": ".trl",
 }
 
