@@ -56,7 +56,7 @@ DEFAULT = {
     "suite": "builtin/bank",
     "max_calls": 2,
     "max_turns": 3,
-    "steps": 6,
+    "steps": 12,
     "tasks_per_step": 2,
     "group_size": 4,
     "lr": 2e-5,
