@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -194,7 +193,6 @@ def test_envace_train_cli_writes_metrics_checkpoint_plot_and_resumes(tmp_path, c
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["episodes"] == 2
     assert main(["train", "--policy", "tiny", "--out", str(tmp_path / "x"), "--real-fraction", "2"]) == 2
     assert "--real-fraction" in capsys.readouterr().err
-    Path(out / "ckpt-3").exists()
 
 
 def test_demo_runs_the_envace_story_end_to_end_on_the_tiny_model(tmp_path):
