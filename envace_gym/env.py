@@ -251,6 +251,11 @@ class ToolCallEnv(gym.Env[str, str]):
         """The episode so far as readable text."""
         return render_transcript(self.messages)
 
+    def evaluation_order(self, episodes: int | None = None, seed: int = 0) -> list[str]:
+        """The task ids of this env's pool in its seeded evaluation order (``pool.episode_order``), as plain
+        strings, for callers that reach the env only through calls (a process-based vector env's ``call``)."""
+        return [task.id for task in self.pool.episode_order(episodes, seed)]
+
     def fork(self) -> ToolCallEnv:
         """An independent copy of this env at its current state, backend included: steps on the copy do not
         affect this env, nor the other way round (test-time rehearsal runs on forks). The task suite and

@@ -1,6 +1,7 @@
 """The native vector env (``gym.make_vec("EnvACE-ToolCall-v0")``), Gymnasium's sync/async vector envs over
 ``UnicodeText`` observations, env-role batching across envs, and ``collect()`` over a vector env."""
 
+import json
 import os
 import signal
 import threading
@@ -12,6 +13,7 @@ from gymnasium.vector import AutoresetMode
 
 from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
 from envace_gym.agents.rollout import collect
+from envace_gym.agents.rollout.remote import unbatch_info
 from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.rehearsal import RealResultImaginer
 from envace_gym.spaces import UnicodeText, fit_shared_text
@@ -339,14 +341,83 @@ def test_collect_of_an_lm_policy_over_the_vector_env_equals_over_a_list():
     assert all(t.actor_tokens > 0 for t in over_vec)
 
 
-def test_collect_refuses_process_vector_envs_in_one_line():
+@pytest.mark.parametrize(
+    ("mode", "autoreset"),
+    [("async", "NEXT_STEP"), ("async", "SAME_STEP"), ("async", "DISABLED"), ("processes", "NEXT_STEP")],
+)
+def test_collect_over_a_process_vector_env_equals_collect_over_a_list(mode, autoreset):
+    """Episodes start with masked resets on their own tasks and seeds; 5 episodes over 2 workers leave one
+    worker idle at the end (stepped with the idle action, its result dropped)."""
+    task_ids = TASKS + ["bank-test-0004", "bank-test-0005", "bank-test-0006"]
+    suite = _single().unwrapped.suite
+    over_list = collect([_single(), _single()], [OraclePolicy(suite), OraclePolicy(suite)], 5, task_ids=task_ids,
+                        progress=False)  # fmt: skip
+    kwargs = {} if mode == "processes" else {"autoreset_mode": AutoresetMode[autoreset]}
+    vec = _vec(mode, 2, **kwargs)
+    try:
+        over_vec = collect(vec, [OraclePolicy(suite), OraclePolicy(suite)], 5, task_ids=task_ids, progress=False)
+    finally:
+        vec.close()
+    assert [t.episode for t in over_vec] == [t.episode for t in over_list]
+    assert [t.task_id for t in over_vec] == task_ids[:5] and all(t.success for t in over_vec)
+    assert isinstance(over_vec[0].episode.calls_ok, int) and isinstance(over_vec[0].reward, float)  # not numpy
+    json.dumps([t.to_dict() for t in over_vec])
+
+
+def test_collect_of_an_lm_policy_over_a_process_vector_env_equals_over_a_list():
+    from envace_gym.agents.lm.engine import SamplingConfig
+    from envace_gym.agents.lm.policy import tiny_policy
+
+    policy = tiny_policy(sampling=SamplingConfig(temperature=0.0, max_new_tokens=12, seed=0))
+    vec = _vec("processes", 2, max_turns=2)
+    try:
+        over_vec = collect(vec, policy, 3, task_ids=TASKS, progress=False)
+    finally:
+        vec.close()
+    over_list = collect([_single(max_turns=2), _single(max_turns=2)], policy, 3, task_ids=TASKS, progress=False)
+    assert [t.to_dict() for t in over_vec] == [t.to_dict() for t in over_list]
+    assert all(t.actor_tokens > 0 for t in over_vec)
+
+
+def test_evaluate_takes_a_process_vector_env():
+    from envace_gym.agents.eval.evaluate import evaluate
+
+    suite = _single().unwrapped.suite
     vec = _vec("async", 2)
+    try:
+        report = evaluate(vec, [OraclePolicy(suite), OraclePolicy(suite)], 4, progress=False)
+    finally:
+        vec.close()
+    single = evaluate(_single(), OraclePolicy(suite), 4, progress=False)
+    assert [r.task_id for r in report.results] == [r.task_id for r in single.results]
+    assert report.summary()["success_rate"] == 1.0
+
+
+def test_collect_refuses_gymnasiums_next_step_worker_without_shared_memory():
+    vec = gym.make_vec("EnvACE-ToolCall-v0", num_envs=2, vectorization_mode="async",
+                       vector_kwargs={"shared_memory": False}, **BANK)  # fmt: skip
     suite = _single().unwrapped.suite
     try:
-        with pytest.raises(TypeError, match="other processes"):
+        with pytest.raises(ValueError, match="shared_memory=False"):
             collect(vec, [OraclePolicy(suite), OraclePolicy(suite)], 1, progress=False)
     finally:
         vec.close()
+
+
+def test_unbatch_info_gives_back_each_envs_own_python_values():
+    vec = _vec("sync", 2)
+    try:
+        _, infos = vec.reset(seed=0, options={"task_id": TASK})
+        _, _, _, _, infos = vec.step([BALANCE, "done"])
+    finally:
+        vec.close()
+    single = _single()
+    single.reset(seed=0, options={"task_id": TASK})
+    _, _, _, _, expected = single.step(BALANCE)
+    mine = unbatch_info(infos, 0)
+    assert mine["call_counts"] == expected["call_counts"] and type(mine["call_counts"]["ok"]) is int
+    assert mine["messages"] == expected["messages"] and mine["turn"] == expected["turn"]
+    assert "final_obs" not in mine and unbatch_info(infos, 1)["turn"] == 1
 
 
 # ------------------------------------------------------------------------------------- dead workers

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from envace_gym.agents.rollout.loop import EpisodeResult, Trajectory, _as_env_list, collect
+from envace_gym.agents.rollout.loop import EpisodeResult, Trajectory, collect
 
 if TYPE_CHECKING:
     from envace_gym.agents.lm.engine import SamplingConfig
@@ -65,7 +65,7 @@ def _stats(results: list[EpisodeResult]) -> dict[str, Any]:
 
 
 def evaluate(
-    env: gym.Env | Sequence[gym.Env] | gym.vector.SyncVectorEnv,
+    env: gym.Env | Sequence[gym.Env] | gym.vector.VectorEnv,
     policy: LMPolicy | TextPolicy | Sequence[TextPolicy],
     episodes: int,
     seed: int = 0,
@@ -75,14 +75,17 @@ def evaluate(
 ) -> EvalReport:
     """Run ``episodes`` episodes of ``policy`` through :func:`~envace_gym.agents.rollout.loop.collect`.
 
-    Tasks come from the env's pool in its seeded evaluation order (``pool.episode_order(episodes, seed)``:
+    Tasks come from the env's pool in its seeded evaluation order (``env.evaluation_order(episodes, seed)``:
     domains interleaved, each task once before any repeats); episode ``i`` resets with ``seed + i``.
     ``env`` is one env or several stepped in lockstep (``policy`` as for ``collect``: an LM policy, or one
     text policy per env).
     """
-    envs = _as_env_list([env] if isinstance(env, gym.Env) else env)
-    task_ids = [task.id for task in envs[0].unwrapped.pool.episode_order(episodes, seed)]
+    if isinstance(env, gym.vector.VectorEnv):
+        task_ids = env.call("evaluation_order", episodes, seed)[0]  # answered in the worker if it has one
+    else:
+        env = [env] if isinstance(env, gym.Env) else list(env)
+        task_ids = env[0].get_wrapper_attr("evaluation_order")(episodes, seed)
     trajectories = collect(
-        envs, policy, episodes, sampling=sampling, task_ids=task_ids, seed=seed, progress=progress, desc=desc
+        env, policy, episodes, sampling=sampling, task_ids=task_ids, seed=seed, progress=progress, desc=desc
     )
     return EvalReport.from_trajectories(trajectories)

@@ -30,6 +30,7 @@ import gymnasium as gym
 from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.chat import ROLES, TokenStream
+from envace_gym.agents.rollout.remote import RemoteEnvs
 from envace_gym.rehearsal import EnvRoleSample
 from envace_gym.rehearsal.batching import step_batched
 
@@ -206,20 +207,20 @@ class _Slot:
         return f"slot{self.index}/ep{self.episode}"
 
 
-def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> list[gym.Env]:
-    """The envs to step: a list as given, or the sub-envs of a vector env that steps them in this process
-    (``gym.make_vec("EnvACE-ToolCall-v0")``'s native ``ToolCallVectorEnv``, or a ``SyncVectorEnv``)."""
+def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> tuple[list[Any], RemoteEnvs | None]:
+    """The envs to step, and the process-based vector env behind them if any: a list as given; the sub-envs
+    of a vector env that steps them in this process (``gym.make_vec("EnvACE-ToolCall-v0")``'s native
+    ``ToolCallVectorEnv``, or a ``SyncVectorEnv``), stepped directly; or stand-ins for the sub-envs of any
+    other vector env (``AsyncVectorEnv``), driven through its batch API (see :mod:`.remote`)."""
     if isinstance(envs, gym.vector.SyncVectorEnv):
-        return list(envs.envs)  # stepped directly: conversations need per-env control of resets
+        return list(envs.envs), None  # stepped directly: conversations need per-env control of resets
     if isinstance(envs, gym.vector.VectorEnv):
-        raise TypeError(
-            "collect() takes a list of envs or an in-process vector env (gym.make_vec's default, or "
-            f"vectorization_mode='sync'); {type(envs).__name__} sub-envs live in other processes"
-        )
+        remote = RemoteEnvs(envs)
+        return [remote.env(i) for i in range(remote.num_envs)], remote
     envs = list(envs)
     if not envs:
         raise ValueError("collect() needs at least one env")
-    return envs
+    return envs, None
 
 
 def _is_lm(policy: Any) -> bool:
@@ -289,10 +290,12 @@ def collect(
     """Run ``episodes`` episodes over ``envs`` in lockstep and return their trajectories (in episode order).
 
     Args:
-        envs: the envs to step: a list, or an in-process vector env (``gym.make_vec("EnvACE-ToolCall-v0",
-            num_envs=n)``, a ``SyncVectorEnv``), whose sub-envs are then stepped directly (each runs one
-            episode at a time, so the number of envs is the batch size; reset the vector env before stepping
-            it yourself again). Envs that share a batching env role send each step's requests as one batch.
+        envs: the envs to step: a list, or a vector env (``gym.make_vec("EnvACE-ToolCall-v0", num_envs=n)``,
+            sync or async); each env runs one episode at a time, so the number of envs is the batch size.
+            Envs that share a batching env role send each step's requests as one batch. An in-process vector
+            env's sub-envs are stepped directly (reset it before stepping it yourself again); a process-based
+            one (``AsyncVectorEnv``) is driven through its batch API: all workers step at once, and each
+            episode starts with a masked reset (see :mod:`envace_gym.agents.rollout.remote`).
         policy: an :class:`LMPolicy` (its engine generates every actor turn, for all envs in one call), or
             text policies: one ``TextPolicy`` for a single env, else a list with one per env (each is
             ``reset()`` at the start of each of its episodes).
@@ -303,7 +306,7 @@ def collect(
         on_episode: called with each finished trajectory and the episode's last ``info``.
     """
     lm = policy if _is_lm(policy) else None
-    env_list = _as_env_list(envs)
+    env_list, remote = _as_env_list(envs)
     actors = [None] * len(env_list) if lm is not None else _text_policies(policy, len(env_list))
     slots = [
         _Slot(env, i, actor, rehearsal=env.has_wrapper_attr("set_actor_context"))
@@ -373,7 +376,10 @@ def collect(
                 actions = _generate(lm, active, sampling, generator)
             else:
                 actions = [slot.actor.act(slot.obs, slot.info) for slot in active]
-            outcomes = step_batched([s.env for s in active], actions, pool)
+            if remote is not None:  # every worker steps at once, in its own process
+                outcomes = remote.step([s.index for s in active], actions)
+            else:
+                outcomes = step_batched([s.env for s in active], actions, pool)
             still = []
             for slot, (obs, reward, terminated, truncated, info) in zip(active, outcomes, strict=True):
                 spliced = lm is not None  # inline answers continue an LM actor's token stream (text policies have none)

@@ -1,0 +1,136 @@
+"""Sub-envs of a process-based vector env, driven one by one through Gymnasium's public vector API.
+
+:func:`~envace_gym.agents.rollout.loop.collect` runs each env on its own schedule: an env whose episode
+ends is reset at once with the next episode's seed and task, and only envs with an episode are stepped. A
+vector env whose sub-envs live in other processes (``AsyncVectorEnv``, ``gym.make_vec(...,
+vectorization_mode="async")``, :class:`~envace_gym.vector.ToolCallAsyncVectorEnv`) offers whole-batch calls
+only, so :class:`RemoteEnvs` maps one onto the other:
+
+* one env is reset with ``reset(seed=[...], options={"reset_mask": mask, ...})``;
+* a step steps every worker at once (concurrently, the point of processes); an env with no episode to play
+  gets the empty action, which ends whatever it was doing, and its result is dropped;
+* each env's ``info`` is cut back out of the batched info dict (numpy scalars back to Python ones, so a
+  trajectory still saves as JSON).
+
+The env role is not batched across processes (each worker's wrapper has its own imaginer), and an inline env
+role re-renders the conversation instead of continuing the actor's KV cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+__all__ = ["RemoteEnvs", "RemoteEnv", "unbatch_info"]
+
+#: The action given to a sub-env that has no episode to play in a step (a final answer: it ends the episode).
+IDLE_ACTION = ""
+
+
+def _python(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def unbatch_info(infos: dict[str, Any], index: int) -> dict[str, Any]:
+    """Env ``index``'s own info out of a vector env's batched ``infos`` (Gymnasium's ``_add_info`` layout:
+    a value array per key and a mask ``_key``; nested dicts batched recursively)."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_") and key[1:] in infos:
+            continue  # a mask
+        if isinstance(value, dict):
+            present = infos.get(f"_{key}")
+            if present is None or present[index]:
+                out[key] = unbatch_info(value, index)
+            continue
+        present = infos.get(f"_{key}")
+        if present is not None and not present[index]:
+            continue
+        out[key] = _python(value[index])
+    return out
+
+
+class RemoteEnvs:
+    """The sub-envs of ``vec`` (a vector env that steps them elsewhere), for one :func:`collect` run.
+
+    ``env(i)`` is a stand-in with ``reset(seed=, options=)`` for sub-env ``i``; :meth:`step` steps the given
+    sub-envs (all workers step, concurrently) and returns their outcomes in order.
+    """
+
+    def __init__(self, vec: gym.vector.VectorEnv) -> None:
+        mode = AutoresetMode(vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        if mode == AutoresetMode.NEXT_STEP and getattr(vec, "shared_memory", True) is False:
+            # Gymnasium 1.4's worker clears its autoreset flag on reset only with shared memory, so an env
+            # reset after its episode ended would throw its next action away for an autoreset.
+            raise ValueError(
+                "collect() over an AsyncVectorEnv with shared_memory=False needs autoreset_mode SAME_STEP or "
+                "DISABLED (Gymnasium's NEXT_STEP worker ignores the first action after a manual reset there)"
+            )
+        self.vec, self.mode = vec, mode
+        self.num_envs = vec.num_envs
+        self._playing = np.zeros(self.num_envs, dtype=bool)  # reset by us for an episode that has not ended
+        self._ended = np.zeros(self.num_envs, dtype=bool)  # the worker's env ended and was not reset since
+        self._never_reset = np.ones(self.num_envs, dtype=bool)
+
+    def env(self, index: int) -> RemoteEnv:
+        return RemoteEnv(self, index)
+
+    def _reset(self, mask: np.ndarray, seeds: list[int | None] | None = None, options: dict | None = None):
+        out = self.vec.reset(seed=seeds, options={**(options or {}), "reset_mask": mask})
+        self._ended[mask] = self._never_reset[mask] = False
+        return out
+
+    def reset_one(self, index: int, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict]:
+        mask = np.zeros(self.num_envs, dtype=bool)
+        mask[index] = True
+        seeds: list[int | None] = [None] * self.num_envs
+        seeds[index] = seed
+        obs, infos = self._reset(mask, seeds, options)
+        self._playing[index] = True
+        return _python(obs[index]), unbatch_info(infos, index)
+
+    def step(self, indices: list[int], actions: list[Any]) -> list[tuple]:
+        """Step sub-envs ``indices`` with ``actions``; every other sub-env idles (see the module docstring)."""
+        batch = [IDLE_ACTION] * self.num_envs
+        for i, action in zip(indices, actions, strict=True):
+            if not self._playing[i]:
+                raise RuntimeError(f"sub-env {i} is stepped outside an episode that collect() reset")
+            batch[i] = action
+        idle = np.ones(self.num_envs, dtype=bool)
+        idle[indices] = False
+        # An idle env must be steppable: reset once at least, and (DISABLED refuses ended envs) not ended.
+        unsteppable = idle & (self._never_reset | (self._ended if self.mode == AutoresetMode.DISABLED else False))
+        if unsteppable.any():
+            self._reset(unsteppable)
+        obs, rewards, terminations, truncations, infos = self.vec.step(tuple(batch))
+        outcomes = []
+        for i in indices:
+            info = unbatch_info(infos, i)
+            if self.mode == AutoresetMode.SAME_STEP and (terminations[i] or truncations[i]):
+                # The worker already reset this env for a random task; its episode's end is in final_*.
+                ob, info = infos["final_obs"][i], info.get("final_info", {})
+            else:
+                ob = obs[i]
+            outcomes.append((_python(ob), float(rewards[i]), bool(terminations[i]), bool(truncations[i]), info))
+        ended = np.logical_or(terminations, truncations)
+        if self.mode == AutoresetMode.SAME_STEP:
+            ended[:] = False  # the worker reset them in the same step
+        self._ended = ended
+        self._playing &= ~np.logical_or(terminations, truncations)
+        return outcomes
+
+
+class RemoteEnv:
+    """Sub-env ``index`` of a :class:`RemoteEnvs`, seen as an env by the episode loop."""
+
+    def __init__(self, group: RemoteEnvs, index: int) -> None:
+        self.group, self.index = group, index
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        return self.group.reset_one(self.index, seed, options)
+
+    def has_wrapper_attr(self, name: str) -> bool:
+        return False  # nothing is called across the process boundary (no actor context for an inline env role)
