@@ -28,6 +28,8 @@ _LAZY = {
     "RandomPolicy": ".scripted",
     "NoopPolicy": ".scripted",
     "evaluate": ".eval.evaluate",
+    "PrivateRehearsal": ".rehearsal",
+    "PolicyNote": ".rollout",
 }
 
 __all__ = sorted(_LAZY)

@@ -163,6 +163,7 @@ class ToolCallEnv(gym.Env[str, str]):
         self.call_counts = {"ok": 0, "failed": 0}
         self._call_seq = 0
         self.episode_index = -1  # counts resets: lets observers tell episodes apart
+        self.scored = True  # False on private rehearsal forks: episodes end unscored
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -256,20 +257,36 @@ class ToolCallEnv(gym.Env[str, str]):
         strings, for callers that reach the env only through calls (a process-based vector env's ``call``)."""
         return [task.id for task in self.pool.episode_order(episodes, seed)]
 
-    def fork(self) -> ToolCallEnv:
+    def fork(self, backend: Backend | None = None, task: Task | None = None) -> ToolCallEnv:
         """An independent copy of this env at its current state, backend included: steps on the copy do not
         affect this env, nor the other way round (test-time rehearsal runs on forks). The task suite and
-        the other attributes in :attr:`fork_shared` are shared. Raises :class:`BackendCopyError` when the
-        episode's backend cannot be copied (an MCP server)."""
-        backend = self.backend.copy() if self.backend is not None else None
+        the other attributes in :attr:`fork_shared` are shared.
+
+        Args:
+            backend: answers the fork's calls from now on (reset to the fork's task; it sees the conversation
+                so far through ``bind_conversation`` if it has one) instead of a copy of this env's backend,
+                which is then never touched: a mid-episode swap to an imagined backend. Default: a copy,
+                which raises :class:`BackendCopyError` when the episode's backend cannot be copied (an MCP
+                server).
+            task: the fork's task from now on, e.g. ``task.blind()`` for a fork that must not see the
+                reference; the fork's cached reference state hashes are dropped with it.
+        """
         memo: dict[int, Any] = {
             id(getattr(self, name)): getattr(self, name) for name in self.fork_shared if hasattr(self, name)
         }
         if self.backend is not None:
-            memo[id(self.backend)] = backend
+            memo[id(self.backend)] = backend if backend is not None else self.backend.copy()
         # Backends built for other tasks are not the episode's: the fork builds its own when it needs them.
         memo[id(self._backends)] = {}
-        return copy.deepcopy(self, memo)
+        if task is not None:
+            memo[id(self._expected_hashes)] = {}
+        fork = copy.deepcopy(self, memo)
+        if task is not None:
+            fork.task = task
+        if backend is not None:
+            fork.backend = backend
+            backend.reset(fork.task)
+        return fork
 
     def real_backend_for(self, task: Task) -> Backend:
         """A fresh real backend for ``task``: the reference state for ``state_match`` always comes from one,
@@ -400,9 +417,10 @@ class ToolCallEnv(gym.Env[str, str]):
         return {"reward_components": components, "success": False, "aborted": reason}
 
     def end_episode(self) -> tuple[float, dict[str, float]]:
-        """Mark the episode over and score it (:meth:`score`)."""
+        """Mark the episode over and score it (:meth:`score`), unless the env is not ``scored`` (a private
+        rehearsal fork: reward 0, and nothing of the reference is read)."""
         self.done = True
-        return self.score()
+        return self.score() if self.scored else (0.0, {})
 
     # ------------------------------------------------------------------ internals
     def _count_calls(self, results: list[ToolResult], errors: list[CallError]) -> None:

@@ -8,6 +8,7 @@ imagined tool results.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -118,6 +119,12 @@ class Task:
     @property
     def reference_calls(self) -> list[RefCall]:
         return [c for turn in self.reference for c in turn.calls]
+
+    def blind(self) -> Task:
+        """This task as test time sees it: the same conversation, tools and initial state, without the
+        reference trajectory, the reward bases (which read the reference) or the metadata (benchmarks keep
+        ground truth there). Private rehearsal runs on it."""
+        return dataclasses.replace(self, reference=(), reward=(), metadata={})
 
     # ------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:

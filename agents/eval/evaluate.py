@@ -39,7 +39,34 @@ class EvalReport:
             by_domain[r.domain].append(r)
         out = _stats(self.results)
         out["by_domain"] = {d: _stats(rs) for d, rs in sorted(by_domain.items())}
+        rows = self.per_episode()
+        if any(row["rehearsals"] for row in rows):
+            n = len(rows)
+            out["rehearsal"] = {
+                "rehearsals_per_episode": sum(r["rehearsals"] for r in rows) / n,
+                "rehearsal_tokens_per_episode": sum(r["rehearsal_tokens"] for r in rows) / n,
+                "memory_tokens_per_episode": sum(r["memory_tokens"] for r in rows) / n,
+                "rehearsal_seconds_per_episode": sum(r["rehearsal_seconds"] for r in rows) / n,
+            }
         return out
+
+    def per_episode(self) -> list[dict[str, Any]]:
+        """One row per episode: ``task_id``, ``success``, ``real_calls`` (the calls the episode made against
+        its env, well-formed or not) and what rehearsing before it cost (``trajectory.notes``: rehearsals,
+        tokens they generated, memory tokens, seconds; zeros without rehearsal)."""
+        notes = [t.notes for t in self.trajectories] if self.trajectories else [[] for _ in self.results]
+        return [
+            {
+                "task_id": r.task_id,
+                "success": r.success,
+                "real_calls": r.calls_ok + r.calls_failed,
+                "rehearsals": sum(n.get("rehearsals", 0) for n in ns),
+                "rehearsal_tokens": sum(n.get("rehearsal_tokens", 0) for n in ns),
+                "memory_tokens": sum(n.get("memory_tokens", 0) for n in ns),
+                "rehearsal_seconds": sum(n.get("seconds", 0.0) for n in ns),
+            }
+            for r, ns in zip(self.results, notes, strict=True)
+        ]
 
     def save(self, out_dir: str | Path) -> Path:
         """Write ``episodes.jsonl`` (one episode per line, with its messages) and ``summary.json``."""
@@ -57,6 +84,7 @@ def _stats(results: list[EpisodeResult]) -> dict[str, Any]:
     attempted = sum(r.calls_ok + r.calls_failed for r in results)
     return {
         "episodes": n,
+        "real_calls_per_episode": attempted / n if n else 0.0,
         "success_rate": sum(r.success for r in results) / n if n else 0.0,
         "mean_reward": sum(r.reward for r in results) / n if n else 0.0,
         "valid_call_rate": sum(r.calls_ok for r in results) / attempted if attempted else None,

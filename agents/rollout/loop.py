@@ -74,6 +74,16 @@ class EpisodeResult:
         )
 
 
+@dataclass
+class PolicyNote:
+    """What a policy's ``prepare_turns`` hook adds before it acts on a new user turn (see :func:`collect`):
+    ``text``, which the policy sees and the env never does, and ``stats``, kept with the text on the
+    trajectory (``trajectory.notes``). Test-time private rehearsal gives its rehearsal memory this way."""
+
+    text: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
 def _from_episode(name: str) -> property:
     return property(lambda self: getattr(self.episode, name), doc=f"``episode.{name}``")
 
@@ -107,6 +117,7 @@ class Trajectory:
     logprobs: list[float] = field(default_factory=list)
     env_role_samples: list[EnvRoleSample] = field(default_factory=list, repr=False)
     policy: str = ""
+    notes: list[dict[str, Any]] = field(default_factory=list, repr=False)  # PolicyNote: at, text, stats
 
     task_id = _from_episode("task_id")
     domain = _from_episode("domain")
@@ -133,8 +144,9 @@ class Trajectory:
         return sum(self.actor_mask())
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSONL record: ``{"episode": {...}, "policy", "token_ids", "roles", "logprobs", "env_role_samples"}``."""
-        return {
+        """The JSONL record: ``{"episode": {...}, "policy", "token_ids", "roles", "logprobs", "env_role_samples"}``,
+        and ``"notes"`` when the policy added any."""
+        out = {
             "episode": asdict(self.episode),
             "policy": self.policy,
             "token_ids": list(self.token_ids),
@@ -142,6 +154,9 @@ class Trajectory:
             "logprobs": list(self.logprobs),
             "env_role_samples": [s.to_dict() for s in self.env_role_samples],
         }
+        if self.notes:
+            out["notes"] = [dict(n) for n in self.notes]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
@@ -201,10 +216,23 @@ class _Slot:
     tools: list[dict[str, Any]] = field(default_factory=list)
     prefix_len: int = 0  # shared system+tools head of the first prompt
     samples: list[EnvRoleSample] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)  # the episode's PolicyNotes, with their place
 
     @property
     def key(self) -> str:
         return f"slot{self.index}/ep{self.episode}"
+
+    def seen(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The conversation as the policy sees it: each note as a system message where it was given."""
+        if not self.notes:
+            return messages
+        out = list(messages)
+        for note in reversed(self.notes):
+            out.insert(note["at"], {"role": "system", "content": note["text"]})
+        return out
+
+    def note_text(self) -> str | None:
+        return "\n\n".join(n["text"] for n in self.notes) or None
 
 
 def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> tuple[list[Any], RemoteEnvs | None]:
@@ -272,6 +300,12 @@ def _generate(lm: LMPolicy, active: Sequence[_Slot], sampling: SamplingConfig, g
     return [g.text for g in gens]
 
 
+def _with_note(slot: _Slot) -> dict[str, Any]:
+    """A text policy's ``info``: the env's, plus ``info["note"]`` (the episode's notes) when it has any."""
+    note = slot.note_text()
+    return slot.info if note is None else {**slot.info, "note": note}
+
+
 def _policy_name(actor: Any) -> str:
     return getattr(actor, "name", None) or type(actor).__name__
 
@@ -333,10 +367,34 @@ def collect(
         slot.tools = slot.info["tools"]
         slot.stream = TokenStream()
         slot.samples = []
-        if lm is not None:
-            ids, slot.prefix_len = lm.encode_prompt(slot.info["messages"], slot.tools)
-            slot.stream.extend(ids, "prompt", lm.prompt_text(slot.info["messages"], slot.tools))
+        slot.notes = []
         return True
+
+    def prepare(batch: list[_Slot]) -> None:
+        """The policy's ``prepare_turns`` hook, for slots at a new user turn (an episode's first included):
+        one call for an LM policy's whole batch, one per text policy."""
+        if lm is not None:
+            hook = getattr(policy, "prepare_turns", None)
+            if hook is None or not batch:
+                return
+            pairs = list(zip(batch, hook([s.env for s in batch], [s.info for s in batch]), strict=True))
+        else:
+            pairs = [(s, h([s.env], [s.info])[0]) for s in batch if (h := getattr(s.actor, "prepare_turns", None))]
+        for slot, note in pairs:
+            if note is not None:
+                slot.notes.append({"at": len(slot.info["messages"]), "text": note.text, **note.stats})
+
+    def encode(slot: _Slot) -> None:
+        """A new episode's prompt (its notes included) as the start of the slot's token stream."""
+        messages = slot.seen(slot.info["messages"])
+        ids, slot.prefix_len = lm.encode_prompt(messages, slot.tools)
+        slot.stream.extend(ids, "prompt", lm.prompt_text(messages, slot.tools))
+
+    def begin(batch: list[_Slot]) -> None:
+        prepare(batch)
+        if lm is not None:
+            for slot in batch:
+                encode(slot)
 
     def finish(slot: _Slot, reward: float, truncated: bool, info: dict[str, Any]) -> None:
         if lm is not None:
@@ -349,6 +407,7 @@ def collect(
             logprobs=s.logprobs,
             env_role_samples=slot.samples,
             policy=lm.name if lm is not None else _policy_name(slot.actor),
+            notes=slot.notes,
         )
         results[slot.episode] = traj
         if on_episode is not None:
@@ -363,24 +422,27 @@ def collect(
     )
     try:
         active = [s for s in slots if start(s)]
+        begin(active)
         while active:
             if lm is not None:
                 # Episodes that would overflow the model's context end here, truncated, with reward 0.
-                for slot in [s for s in active if len(s.stream.ids) + sampling.max_new_tokens > lm.max_context]:
+                overflow = [s for s in active if len(s.stream.ids) + sampling.max_new_tokens > lm.max_context]
+                for slot in overflow:
                     finish(slot, 0.0, True, slot.info)
                     active.remove(slot)
-                    if start(slot):
-                        active.append(slot)
+                restarted = [s for s in overflow if start(s)]
+                begin(restarted)
+                active += restarted  # (as before: restarted slots go to the end of the batch)
                 if not active:
                     break
                 actions = _generate(lm, active, sampling, generator)
             else:
-                actions = [slot.actor.act(slot.obs, slot.info) for slot in active]
+                actions = [slot.actor.act(slot.obs, _with_note(slot)) for slot in active]
             if remote is not None:  # every worker steps at once, in its own process
                 outcomes = remote.step([s.index for s in active], actions)
             else:
                 outcomes = step_batched([s.env for s in active], actions, pool)
-            still = []
+            still, fresh, turned = [], [], []
             for slot, (obs, reward, terminated, truncated, info) in zip(active, outcomes, strict=True):
                 spliced = lm is not None  # inline answers continue an LM actor's token stream (text policies have none)
                 for sample in info.get("rehearsal", []):
@@ -390,13 +452,20 @@ def collect(
                 slot.obs, slot.info = obs, info
                 if terminated or truncated:
                     finish(slot, reward, truncated, info)
-                    if start(slot):
+                    if start(slot):  # its place in the batch is kept, so sampling stays as it was
                         still.append(slot)
+                        fresh.append(slot)
                     continue
-                if lm is not None:
-                    role = "user" if info["messages"][-1]["role"] == "user" else "external"
-                    slot.stream.append_render(lm.chat, lm.prompt_text(info["messages"], slot.tools), role)
+                if info["messages"][-1]["role"] == "user":
+                    turned.append(slot)
                 still.append(slot)
+            prepare(turned)  # a new user turn: the policy may add a note before it acts on it
+            if lm is not None:
+                for slot in [s for s in still if all(s is not f for f in fresh)]:
+                    role = "user" if slot.info["messages"][-1]["role"] == "user" else "external"
+                    rendered = lm.prompt_text(slot.seen(slot.info["messages"]), slot.tools)
+                    slot.stream.append_render(lm.chat, rendered, role)
+            begin(fresh)
             active = still
     finally:
         bar.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,20 @@ class EvalArgs:
         default=None, metadata={"help": "folder for episodes.jsonl and summary.json (and trajectories.jsonl)"}
     )
     batch_size: int = field(default=8, metadata={"help": "envs stepped in lockstep for LM policies"})
+    rehearsal_budget: str | None = field(
+        default=None,
+        metadata={
+            "help": "test-time private rehearsal: N imagined episodes of each task (no reference, no real calls) "
+            "before the real one, or 'adaptive' (until two agree, at most --rehearsal-max-budget); LM policies"
+        },
+    )
+    rehearsal_mode: str = field(
+        default="parallel", metadata={"help": "parallel (independent, batched) | sequential (each sees the memory)"}
+    )
+    rehearsal_max_budget: int = field(
+        default=4, metadata={"help": "the most rehearsals of --rehearsal-budget adaptive"}
+    )
+    rehearsal_memory_tokens: int = field(default=256, metadata={"help": "the rehearsal memory's bound, in tokens"})
 
     def __post_init__(self) -> None:
         from envace_gym.agents.scripted import SCRIPTED_POLICIES
@@ -43,6 +58,35 @@ class EvalArgs:
             raise ValueError(f"--episodes must be >= 1 (leave it out to run every task once), got {self.episodes}")
         if self.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.rehearsal_budget is not None:
+            if self.rehearsal_budget != "adaptive" and not self.rehearsal_budget.isdigit():
+                raise ValueError(
+                    f"--rehearsal-budget must be an integer >= 0 or adaptive, got {self.rehearsal_budget!r}"
+                )
+            if not is_lm_policy(self.policy):
+                raise ValueError("--rehearsal-budget needs a language-model --policy (it imagines the tool results)")
+        if self.rehearsal_mode not in ("parallel", "sequential"):
+            raise ValueError(f"--rehearsal-mode must be parallel or sequential, got {self.rehearsal_mode!r}")
+        if self.rehearsal_max_budget < 2:
+            raise ValueError(f"--rehearsal-max-budget must be >= 2, got {self.rehearsal_max_budget}")
+        if self.rehearsal_memory_tokens < 16:
+            raise ValueError(f"--rehearsal-memory-tokens must be >= 16, got {self.rehearsal_memory_tokens}")
+
+    def rehearsal(self, policy: Any, seed: int) -> Any:
+        """``policy`` wrapped in :class:`~envace_gym.agents.rehearsal.PrivateRehearsal` when a budget is given."""
+        if self.rehearsal_budget is None:
+            return policy
+        from envace_gym.agents.rehearsal import PrivateRehearsal
+
+        budget = "adaptive" if self.rehearsal_budget == "adaptive" else int(self.rehearsal_budget)
+        return PrivateRehearsal(
+            policy,
+            budget=budget,
+            mode=self.rehearsal_mode,
+            max_budget=self.rehearsal_max_budget,
+            memory_tokens=self.rehearsal_memory_tokens,
+            seed=seed,
+        )
 
 
 CONFIGS = (EnvArgs, BackendArgs, EvalArgs, RunArgs, SamplingArgs)
@@ -53,6 +97,7 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
     from envace_gym.agents.scripted import SCRIPTED_POLICIES, make_scripted_policy
 
     backend = backend_args.spec
+    t0 = time.monotonic()
     lm = load_lm(args.policy, sampling, run_args.seed) if is_lm_policy(args.policy) else None
     imaginer = make_imaginer(backend, lm, args.simulator, sampling, run_args.seed)
     env = make_env(env_args, backend, imaginer)
@@ -66,7 +111,8 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
         # LM policies step a batch of envs in lockstep (one batched generation per step).
         envs = [env] + [make_env(env_args, backend, imaginer) for _ in range(args.batch_size - 1)]
         try:
-            report = evaluate(envs, lm, episodes, seed=run_args.seed, progress=run_args.progress, desc=desc)
+            actor = args.rehearsal(lm, run_args.seed)
+            report = evaluate(envs, actor, episodes, seed=run_args.seed, progress=run_args.progress, desc=desc)
         finally:
             for extra in envs[1:]:
                 extra.close()
@@ -79,7 +125,14 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
         "backend": backend_args.backend,
         "seed": run_args.seed,
         **report.summary(),
+        "wall_s": round(time.monotonic() - t0, 1),
     }
+    if args.rehearsal_budget is not None:
+        budget = args.rehearsal_budget
+        summary.setdefault("rehearsal", {}).update(
+            budget=int(budget) if budget.isdigit() else budget, mode=args.rehearsal_mode
+        )
+        summary["per_episode"] = report.per_episode()
     if args.out:
         report.save(args.out)
         if args.policy not in SCRIPTED_POLICIES:
@@ -115,5 +168,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"{s['mean_turns']:.1f}",
         )
     Console().print(table)
+    line = f"calls per episode {summary['real_calls_per_episode']:.2f}; wall {summary['wall_s']:.1f} s"
+    if "rehearsal" in summary:
+        r = summary["rehearsal"]
+        line += (
+            f"; rehearsal {r['mode']} budget {r['budget']}: {r.get('rehearsals_per_episode', 0):.2f} rehearsals and "
+            f"{r.get('rehearsal_tokens_per_episode', 0):.0f} tokens per episode"
+        )
+    Console().print(line)
     if "out" in summary:
         Console().print(f"episodes written to {summary['out']}/episodes.jsonl")

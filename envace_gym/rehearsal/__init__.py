@@ -12,6 +12,8 @@
   :class:`RealResultImaginer`, a perfect env role (the real results).
 * :mod:`.batching`: :class:`BatchingImaginer` and :func:`step_batched`: envs that step at the same time send
   their env-role requests as one batch (used by :mod:`envace_gym.vector` and the rollout engine).
+* :mod:`.fork`: :class:`RehearsalFork`, a private, reference-free replay of a live episode from its current
+  state (what test-time private rehearsal plays, wrapped in :class:`SelfRehearsalEnv`).
 
 ``mode="inline"`` (beyond the paper) lets the policy write the ``tool`` message inside the actor's own
 context, so an engine that keeps the actor's KV cache computes only the result's tokens.
@@ -19,6 +21,7 @@ context, so an engine that keeps the actor's KV cache computes only the result's
 
 from .backend import ActorContext, ImaginedBackend
 from .batching import BatchingImaginer, step_batched, step_concurrently
+from .fork import DetachedBackend, RehearsalFork
 from .prompt import (
     GROUNDINGS,
     SIMULATOR_SYSTEM_PROMPT,
@@ -41,6 +44,8 @@ __all__ = [
     "ImaginedBackend",
     "SelfRehearsalEnv",
     "RealResultImaginer",
+    "RehearsalFork",
+    "DetachedBackend",
     "BatchingImaginer",
     "step_batched",
     "step_concurrently",
