@@ -85,7 +85,10 @@ class Scripted:
         if self._todo:
             name, args = self._todo.pop(0)
             return format_calls([ToolCall(name, args)])
-        balance = json.loads(obs.split("<tool_response>\n")[-1].split("\n</tool_response>")[0]).get("balance")
+        try:
+            balance = json.loads(obs.split("<tool_response>\n")[-1].split("\n</tool_response>")[0]).get("balance")
+        except ValueError:  # a user message, not a tool result
+            balance = None
         return f"Account A-5247 holds {balance:.2f} EUR." if balance is not None else "I do not know."
 
 
@@ -317,3 +320,36 @@ def test_eval_cli_refuses_bad_rehearsal_flags_in_one_line(capsys, argv, says):
     assert main(["eval", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------------- each user turn
+MULTI = "bank-test-0009"  # two user turns: a savings balance, then a transfer
+
+
+def test_each_user_turn_rehearses_again_from_the_live_mid_episode_state():
+    world = KnownWorld()
+    env = counting_env([])
+    once = PrivateRehearsal(Scripted(), budget=1, imaginer=world)
+    (traj,) = collect([env], once, 1, task_ids=[MULTI], progress=False)
+    assert len(traj.notes) == 1
+    world.prompts.clear()
+    every = PrivateRehearsal(Scripted(), budget=1, imaginer=world, each_user_turn=True)
+    (traj,) = collect([env], every, 1, task_ids=[MULTI], progress=False)
+    first, second = traj.notes
+    assert first["at"] == 2 and second["at"] > first["at"]
+    assert traj.messages[second["at"] - 1]["role"] == "user"  # given right after the second user message
+    assert "top it up" in world.prompts[-1] and "savings" in world.prompts[-1]  # the fork kept turn one
+
+
+def test_an_lm_policy_sees_every_note_where_it_was_given():
+    from envace_gym.agents.lm.engine import SamplingConfig
+    from envace_gym.agents.lm.policy import tiny_policy
+
+    # Sampled at temperature 1, the tiny model writes plain text: an answer, so the second user turn comes.
+    policy = tiny_policy(sampling=SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0))
+    env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=3)
+    agent = PrivateRehearsal(policy, budget=1, memory_tokens=32, imaginer=KnownWorld(), each_user_turn=True)
+    (traj,) = collect([env], agent, 1, task_ids=[MULTI], progress=False)
+    assert [m["role"] for m in traj.messages].count("user") == 2 and len(traj.notes) == 2
+    text = policy.tokenizer.decode(traj.token_ids)
+    assert text.index(traj.notes[0]["text"]) < text.index("top it up") < text.rindex(traj.notes[1]["text"])
