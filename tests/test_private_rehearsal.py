@@ -353,3 +353,14 @@ def test_an_lm_policy_sees_every_note_where_it_was_given():
     assert [m["role"] for m in traj.messages].count("user") == 2 and len(traj.notes) == 2
     text = policy.tokenizer.decode(traj.token_ids)
     assert text.index(traj.notes[0]["text"]) < text.index("top it up") < text.rindex(traj.notes[1]["text"])
+
+
+def test_sequential_rehearsal_from_a_later_user_turn_still_passes_the_memory_on():
+    env = counting_env([])
+    every = PrivateRehearsal(Scripted(), budget=2, mode="sequential", imaginer=KnownWorld(), each_user_turn=True)
+    (traj,) = collect([env], every, 1, task_ids=[MULTI], progress=False)
+    assert len(traj.notes) == 2
+    # turn one: rehearsal 1, rehearsal 2, the committed episode; turn two: rehearsal 1, rehearsal 2
+    r1, r2, committed, later1, later2 = Scripted.seen_notes
+    assert r1 is None and "Rehearsal 1:" in r2 and committed == traj.notes[0]["text"]
+    assert later1 is None and "Rehearsal 1:" in later2

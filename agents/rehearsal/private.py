@@ -52,19 +52,17 @@ def rehearsal_tokens(trajectory: Trajectory) -> int:
 
 
 class _Noted:
-    """A policy that adds a fixed note per env (by identity) through ``collect``'s hook: a sequential
-    rehearsal sees the memory of the ones before it."""
+    """A policy that adds a fixed note per env (by identity) through ``collect``'s hook, once, where the env's
+    episode starts: a sequential rehearsal sees the memory of the ones before it."""
 
     def __init__(self, policy: Any, notes: dict[int, str | None]) -> None:
-        self._policy, self._notes = policy, notes
+        self._policy, self._notes = policy, dict(notes)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._policy, name)
 
     def prepare_turns(self, envs: Sequence[gym.Env], infos: Sequence[dict[str, Any]]) -> list[PolicyNote | None]:
-        if infos and any(info.get("user_turn", 0) for info in infos):
-            return [None] * len(envs)  # the note is given once, where the rehearsal starts
-        return [PolicyNote(n) if (n := self._notes.get(id(env))) else None for env in envs]
+        return [PolicyNote(n) if (n := self._notes.pop(id(env), None)) else None for env in envs]
 
     # A text policy keeps per-episode state: these reach it through the explicit methods, not __getattr__.
     def reset(self) -> None:
@@ -162,7 +160,7 @@ class PrivateRehearsal:
                     "private rehearsal forks the env: it needs envs in this process (not an AsyncVectorEnv)"
                 )
             messages = infos[i]["messages"]
-            forks.append((RehearsalFork(envs[i], messages[-1]["content"], infos[i]), len(messages)))
+            forks.append((RehearsalFork(envs[i], messages[-1]["content"]), len(messages)))
         played: list[list[Trajectory]] = [[] for _ in todo]
         agreed = [False] * len(todo)
         adaptive = self.budget == "adaptive"

@@ -7,7 +7,7 @@ from a live env, it keeps a snapshot (``env.fork``) whose task is ``task.blind()
 bases, no metadata) and whose backend is :class:`DetachedBackend` (the live episode's backend is neither
 copied nor called). Each :meth:`RehearsalFork.reset` forks the snapshot again with the backend given in
 ``options["backend"]``, which is how :class:`~envace_gym.rehearsal.SelfRehearsalEnv` hands over its
-imagined backend: ``SelfRehearsalEnv(RehearsalFork(env, obs, info), policy, grounding="none")`` is one
+imagined backend: ``SelfRehearsalEnv(RehearsalFork(env, obs), policy, grounding="none")`` is one
 rehearsal env, reset once per rehearsal. Its episodes end unscored (``env.scored = False``: reward 0, no ``success``).
 """
 
@@ -55,11 +55,11 @@ class RehearsalFork(gym.Env[str, str]):
 
     Args:
         env: the live env (a ``ToolCallEnv`` or a wrapper around one) at the state to rehearse from.
-        obs, info: what that state's last ``reset``/``step`` returned; each rehearsal starts by returning
-            them again (``info`` rebuilt from the snapshot, so it holds no reference data).
+        obs: what that state's last ``reset``/``step`` returned; each rehearsal's ``reset`` returns it again,
+            with an ``info`` built from the snapshot (so it holds nothing of the reference).
     """
 
-    def __init__(self, env: gym.Env, obs: str, info: dict[str, Any] | None = None) -> None:
+    def __init__(self, env: gym.Env, obs: str) -> None:
         live = env.unwrapped
         if live.task is None or live.done:
             raise RuntimeError("RehearsalFork needs an episode in progress (reset the env first)")
