@@ -33,6 +33,8 @@ __all__ = [
     "strip_reasoning",
     "INVALID_CALL_CODES",
     "THINK_BLOCK",
+    "MAX_ARGUMENT_DEPTH",
+    "json_value_problem",
 ]
 
 
@@ -106,7 +108,6 @@ def canonical_json(value: Any) -> str:
 # ---------------------------------------------------------------------------- parsing
 #: A reasoning block; an unterminated one runs to the end of the text. Nothing inside it is ever parsed.
 THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN_TAG = "<tool_call>"
 _CLOSE_TAG = "</tool_call>"
 # Python-syntax detection is only attempted on messages that look like a call, and never on huge ones.
@@ -143,7 +144,26 @@ def parse_calls(text: Any) -> ParsedAction:
         if py is not None:
             calls, errors = py
             return ParsedAction("", calls, errors, reasoning)
+    attempt = _broken_call_attempt(stripped)
+    if attempt is not None:
+        return ParsedAction("", [], [_format_error(attempt)], reasoning)
     return ParsedAction(stripped, [], [], reasoning)
+
+
+# A whole message shaped as a Python call, ``f(...)`` or ``[f(...), ...]``: no space before the parenthesis
+# and closed at the end, so prose such as "Yes (it is)" stays an answer.
+_PY_ATTEMPT = re.compile(r"^\[?\s*[A-Za-z_][\w.]*\(.*\)\s*\]?$", re.DOTALL)
+
+
+def _broken_call_attempt(stripped: str) -> str | None:
+    """Why a message that tries to call a tool and fails to parse is not an answer, or None: bare JSON that
+    names a tool (``"name"``) but is not valid JSON, or a whole-message Python-syntax call that does not
+    parse (deep nesting, a syntax error)."""
+    if stripped[:1] in "{[" and '"name"' in stripped:
+        return 'the message looks like a JSON tool call (it has "name") but is not valid JSON'
+    if _PY_ATTEMPT.match(stripped):
+        return "the message looks like a Python-syntax tool call but does not parse (keyword literals only)"
+    return None
 
 
 def strip_reasoning(text: str) -> str:
@@ -159,11 +179,28 @@ def _format_error(message: str, tool: str | None = None) -> CallError:
     return CallError(ErrorCode.INVALID_TOOL_CALL_FORMAT, message, tool)
 
 
+def _split_tagged(visible: str) -> tuple[list[str], str]:
+    """The bodies of the ``<tool_call>...</tool_call>`` blocks (each from an opening tag to the first closing
+    tag after it) and the text around them. One pass with ``str.find``: a regex with a lazy ``.*?`` retried
+    at every unclosed ``<tool_call>`` is quadratic (thousands of open tags took seconds)."""
+    bodies, rest, pos = [], [], 0
+    while True:
+        start = visible.find(_OPEN_TAG, pos)
+        end = visible.find(_CLOSE_TAG, start + len(_OPEN_TAG)) if start >= 0 else -1
+        if end < 0:
+            rest.append(visible[pos:])
+            return bodies, "".join(rest)
+        rest.append(visible[pos:start])
+        bodies.append(visible[start + len(_OPEN_TAG) : end])
+        pos = end + len(_CLOSE_TAG)
+
+
 def _parse_tagged(visible: str, reasoning: str) -> ParsedAction:
     calls: list[ToolCall] = []
     errors: list[CallError] = []
-    for i, match in enumerate(_TOOL_CALL.finditer(visible)):
-        body = match.group(1).strip()
+    bodies, remainder = _split_tagged(visible)
+    for i, raw in enumerate(bodies):
+        body = raw.strip()
         try:
             payload = json.loads(body)
         except (ValueError, RecursionError) as exc:
@@ -176,7 +213,6 @@ def _parse_tagged(visible: str, reasoning: str) -> ParsedAction:
                 calls.append(call)
             if err:
                 errors.append(err)
-    remainder = _TOOL_CALL.sub("", visible)
     if _OPEN_TAG in remainder or _CLOSE_TAG in remainder:
         errors.append(_format_error("unbalanced <tool_call> tags: every <tool_call> needs a </tool_call>"))
         remainder = remainder.replace(_OPEN_TAG, "").replace(_CLOSE_TAG, "")
@@ -220,8 +256,9 @@ def _call_from_obj(obj: Any) -> tuple[ToolCall | None, CallError | None]:
         args = {}
     if not isinstance(args, dict):
         return None, _format_error(f"arguments of {name!r} must be a JSON object, got {type(args).__name__}", name)
-    if not _is_json_value(args):
-        return None, _format_error(f"arguments of {name!r} contain non-JSON values", name)
+    problem = json_value_problem(args)
+    if problem is not None:
+        return None, _format_error(f"arguments of {name!r} rejected: {problem}", name)
     return ToolCall(name.strip(), args, obj.get("id") if isinstance(obj.get("id"), str) else None), None
 
 
@@ -254,10 +291,11 @@ def _parse_python_calls(stripped: str) -> tuple[list[ToolCall], list[CallError]]
             except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
                 bad = f"argument {kw.arg!r} is not a literal value"
                 break
-            value = _to_json_value(value)
-            if value is _NOT_JSON:
-                bad = f"argument {kw.arg!r} is not a JSON-compatible literal"
+            problem = json_value_problem(value)
+            if problem is not None:
+                bad = f"argument {kw.arg!r} rejected: {problem}"
                 break
+            value = _as_lists(value)
             args[kw.arg] = value
         if bad:
             errors.append(_format_error(f"{name}: {bad}", name))
@@ -275,31 +313,50 @@ def _dotted_name(node: ast.AST) -> str | None:
     return None
 
 
-_NOT_JSON = object()
+#: Arguments nested deeper than this are refused: every later consumer (schema checks, hashing, the
+#: tokenizer) would otherwise need unbounded recursion.
+MAX_ARGUMENT_DEPTH = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _to_json_value(value: Any) -> Any:
-    """Python literal -> JSON value (tuples become lists); ``_NOT_JSON`` for sets, bytes, complex..."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else _NOT_JSON
+def json_value_problem(value: Any, max_depth: int = MAX_ARGUMENT_DEPTH) -> str | None:
+    """Why ``value`` (parsed JSON or a Python literal) cannot be a tool call's arguments, or None: a value
+    that is not JSON (sets, bytes, ...), a non-finite number, a non-string key, a lone surrogate (it cannot
+    be encoded as UTF-8, so hashing or tokenizing it later would crash), or nesting deeper than
+    ``max_depth``. Iterative: safe on any depth."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            return f"nested deeper than {max_depth} levels"
+        if item is None or isinstance(item, (bool, int)):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return "a non-finite number (NaN or Infinity)"
+        elif isinstance(item, str):
+            if _SURROGATE.search(item):
+                return "a lone surrogate in a string (not encodable as UTF-8)"
+        elif isinstance(item, (list, tuple)):
+            stack.extend((x, depth + 1) for x in item)
+        elif isinstance(item, dict):
+            for key, x in item.items():
+                if not isinstance(key, str):
+                    return f"a non-string key ({type(key).__name__})"
+                if _SURROGATE.search(key):
+                    return "a lone surrogate in a key (not encodable as UTF-8)"
+                stack.append((x, depth + 1))
+        else:
+            return f"a {type(item).__name__} value (not JSON)"
+    return None
+
+
+def _as_lists(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
-        items = [_to_json_value(v) for v in value]
-        return _NOT_JSON if any(v is _NOT_JSON for v in items) else items
+        return [_as_lists(v) for v in value]
     if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            conv = _to_json_value(v)
-            if not isinstance(k, str) or conv is _NOT_JSON:
-                return _NOT_JSON
-            out[k] = conv
-        return out
-    return _NOT_JSON
-
-
-def _is_json_value(value: Any) -> bool:
-    return _to_json_value(value) is not _NOT_JSON
+        return {k: _as_lists(v) for k, v in value.items()}
+    return value
 
 
 def _short(exc: BaseException, limit: int = 120) -> str:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..calls import ToolCall, strip_reasoning
+from ..calls import ToolCall, json_value_problem, strip_reasoning
 from ..tasks import Task
 from ..tools import ToolSpec, compact_signature
 from ..transcript import render_transcript
@@ -81,7 +81,8 @@ def parse_execution_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str
 
 
 def parse_inline_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str | None]:
-    """An inline answer is the tool message itself: a non-empty JSON object or array, nothing else.
+    """An inline answer is the tool message itself: a non-empty JSON object or an array (``[]`` too: an
+    empty list is a tool's answer), nothing else.
     ``(value, None)`` when valid, else ``(None, reason)``. Never raises; bounded work."""
     if not isinstance(text, str) or not text.strip():
         return None, "empty simulator answer"
@@ -97,6 +98,9 @@ def _json_result(body: str, max_chars: int, what: str) -> tuple[Any, str | None]
         return None, f"{what} is not JSON: {str(exc)[:100]}"
     if not isinstance(value, (dict, list)) or value == {}:
         return None, f"{what} must be a non-empty JSON object or an array"
+    problem = json_value_problem(value)
+    if problem is not None:  # NaN/Infinity, lone surrogates, deep nesting: each would break a later step
+        return None, f"{what} holds {problem}"
     return value, None
 
 
