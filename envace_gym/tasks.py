@@ -310,9 +310,15 @@ class TaskSuite(Sequence[Task]):
         path = Path(path)
         if not path.exists():
             raise TaskFormatError(f"{path}: no such task file")
+        if not path.is_file():
+            raise TaskFormatError(f"{path}: not a file (a task file is JSONL, one task per line)")
         tasks = []
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
+        with path.open("rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise TaskFormatError(f"{path}:{lineno}: not UTF-8 (byte {exc.start + 1})") from None
                 if not line.strip():
                     continue
                 try:
@@ -321,6 +327,8 @@ class TaskSuite(Sequence[Task]):
                     raise TaskFormatError(
                         f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
                     ) from None
+                except RecursionError:
+                    raise TaskFormatError(f"{path}:{lineno}: JSON nested too deeply") from None
                 try:
                     tasks.append(Task.from_dict(data))
                 except TaskFormatError as exc:

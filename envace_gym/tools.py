@@ -67,8 +67,15 @@ class ToolSpec:
         if not isinstance(spec, dict):
             raise SchemaError(f"tool spec must be a dict, got {type(spec).__name__}")
         fn = spec.get("function", spec) if spec.get("type") == "function" or "function" in spec else spec
-        if "name" not in fn:
-            raise SchemaError(f"tool spec has no 'name': {sorted(fn)}")
+        if not isinstance(fn, dict):
+            raise SchemaError(f"tool spec's 'function' must be an object, got {type(fn).__name__}")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise SchemaError(f"tool spec needs a non-empty string 'name': {sorted(fn)}")
+        for key in ("parameters", "returns", "response"):
+            if fn.get(key) is not None and not isinstance(fn[key], dict):
+                raise SchemaError(
+                    f"tool {fn['name']!r}: {key!r} must be a JSON schema object, got {type(fn[key]).__name__}"
+                )
         params = copy.deepcopy(fn.get("parameters") or _EMPTY_OBJECT)
         params.setdefault("type", "object")
         params.setdefault("properties", {})

@@ -1,6 +1,7 @@
 """Regression tests for defects found by probing (issue 13): hostile actions and imagined results are
 error observations, never crashes, at Python's default recursion limit."""
 
+import json
 import random
 import re
 import sys
@@ -9,6 +10,7 @@ import gymnasium as gym
 import pytest
 
 import envace_gym  # noqa: F401  (registers the envs)
+from envace_gym.backends.replay import ReplayBackend, ReplayFileError
 from envace_gym.calls import ErrorCode, _split_tagged, json_value_problem, parse_calls
 from envace_gym.rehearsal import parse_execution_result, parse_inline_result
 
@@ -91,3 +93,83 @@ def test_imagined_results_with_hostile_values_are_unusable(body, default_recursi
     value, reason = parse_inline_result(body)
     assert value is None and reason
     assert parse_inline_result("[]") == ([], None)  # an empty list is a tool's answer
+
+
+# ------------------------------------------------------------------------------------- hostile files
+def _replay_line(**overrides):
+    rec = {"task_id": "t", "name": "f", "arguments": {}, "occurrence": 0, "ok": True, "payload": {"x": 1}}
+    rec.update(overrides)
+    return json.dumps(rec)
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ('{"task_id": "t", "name": "f", "arguments": {}, "occurrence": 1e999, "payload": 1}', "occurrence"),
+        ('{"task_id": "t", "name": "f", "arguments": {}, "occurrence": Infinity, "payload": 1}', "occurrence"),
+        (_replay_line(ok="false"), "ok must be true or false"),
+        (_replay_line(arguments=[1]), "arguments must be an object"),
+        (_replay_line(payload={"x": float("nan")}), "non-finite"),
+        ('{"payload": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        (_replay_line(payload=json.loads(DEEP)), "nested deeper than 64"),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_a_bad_replay_line_is_named_by_file_and_line(tmp_path, line, says, default_recursion_limit):
+    path = tmp_path / "cache.jsonl"
+    path.write_text(_replay_line() + "\n" + line + "\n")
+    with pytest.raises(ReplayFileError, match=rf"cache.jsonl:2: .*{re.escape(says)}"):
+        ReplayBackend(path)
+
+
+def test_replay_files_that_are_not_text_or_not_files(tmp_path):
+    path = tmp_path / "cache.jsonl"
+    path.write_bytes(_replay_line().encode() + b"\n\xff\xfe\n")
+    with pytest.raises(ReplayFileError, match="cache.jsonl:2: not UTF-8"):
+        ReplayBackend(path)
+    (tmp_path / "dir.jsonl").mkdir()
+    with pytest.raises(ReplayFileError, match="not a file"):
+        ReplayBackend(tmp_path / "dir.jsonl")
+
+
+def test_replay_keys_do_not_collide_on_separator_characters(tmp_path):
+    path = tmp_path / "cache.jsonl"
+    a = _replay_line(task_id="a\x1fb", name="c", payload={"which": 1})
+    b = _replay_line(task_id="a", name="b\x1fc", payload={"which": 2})
+    path.write_text(a + "\n" + b + "\n")
+    assert len(ReplayBackend(path).entries) == 2
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (
+            '{"id": "t", "user_turns": ["hi"], "tools": [{"type": "function", "function": {"name": "f", '
+            '"parameters": "oops"}}]}',
+            "'parameters' must be a JSON schema object",
+        ),  # fmt: skip
+        ('{"id": "t", "user_turns": ["hi"], "tools": [{"type": "function", "function": 5}]}', "must be an object"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ],
+)
+def test_a_bad_task_file_is_one_line_with_its_place_and_exit_2(tmp_path, capsys, content, says):
+    from envace_gym.cli import main
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(content + "\n")
+    assert main(["eval", "--suite", str(path), "--policy", "noop", "--episodes", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{path}:1:" in err and says in err
+
+
+def test_paths_that_are_directories_or_files_in_the_way_are_one_line_errors(tmp_path, capsys):
+    from envace_gym.cli import main
+
+    (tmp_path / "x.jsonl").mkdir()
+    assert main(["eval", "--suite", str(tmp_path / "x.jsonl"), "--policy", "noop", "--no-progress"]) == 2
+    assert "not a file" in capsys.readouterr().err
+    (tmp_path / "out").write_text("a file, not a folder")
+    code = main(["eval", "--suite", "builtin/bank", "--policy", "noop", "--episodes", "1", "--no-progress",
+                 "--out", str(tmp_path / "out")])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "envace: error:" in err

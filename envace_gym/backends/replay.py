@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..calls import CallError, ErrorCode, ToolCall, canonical_json
+from ..calls import CallError, ErrorCode, ToolCall, canonical_json, json_value_problem
 from ..tools import ToolSpec
 from .base import Backend, ToolResult, replayed_state_hash, state_digest, validate_call
 
@@ -28,7 +28,28 @@ class ReplayFileError(ValueError):
 
 
 def _key(task_id: str, name: str, arguments: dict[str, Any], occurrence: int) -> str:
-    return f"{task_id}\x1f{name}\x1f{canonical_json(arguments)}\x1f{occurrence}"
+    # JSON, not joined strings: no task id or tool name can contain a separator that makes two keys collide.
+    return canonical_json([task_id, name, arguments, occurrence])
+
+
+def _record_problem(rec: Any) -> str | None:
+    """Why a parsed cache line is not a replay entry, or None."""
+    if not isinstance(rec, dict):
+        return f"a line must be a JSON object, got {type(rec).__name__}"
+    missing = [k for k in ("task_id", "name", "arguments", "occurrence", "payload") if k not in rec]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if not isinstance(rec["task_id"], str) or not isinstance(rec["name"], str):
+        return "task_id and name must be strings"
+    if not isinstance(rec["arguments"], dict):
+        return f"arguments must be an object, got {type(rec['arguments']).__name__}"
+    occurrence = rec["occurrence"]
+    if type(occurrence) is not int or occurrence < 0:
+        return f"occurrence must be a non-negative integer, got {occurrence!r}"
+    if not isinstance(rec.get("ok", True), bool):
+        return f"ok must be true or false, got {rec['ok']!r}"
+    problem = json_value_problem([rec["arguments"], rec["payload"]])
+    return f"the entry holds {problem}" if problem else None
 
 
 class ReplayBackend:
@@ -61,22 +82,27 @@ class ReplayBackend:
         self._ok_calls: list[ToolCall] = []
 
     def _load(self) -> dict[str, dict[str, Any]]:
+        """The cache's entries; a line that is not one raises ``ReplayFileError("file:line: why")``."""
         entries: dict[str, dict[str, Any]] = {}
         if not self.path.exists():
             return entries
-        with self.path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
+        if not self.path.is_file():
+            raise ReplayFileError(f"{self.path}: not a file (a replay cache is JSONL, one entry per line)")
+        with self.path.open("rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
                 try:
-                    rec = json.loads(line)
-                    key = _key(rec["task_id"], rec["name"], rec["arguments"], int(rec["occurrence"]))
-                    rec["payload"]  # noqa: B018 - required field
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise ReplayFileError(
-                        f"{self.path}:{lineno}: not a replay entry ({type(exc).__name__}: {exc})"
-                    ) from None
-                entries[key] = rec
+                    rec = json.loads(raw.decode("utf-8")) if raw.strip() else None
+                except UnicodeDecodeError as exc:
+                    raise ReplayFileError(f"{self.path}:{lineno}: not UTF-8 (byte {exc.start + 1})") from None
+                except (ValueError, RecursionError) as exc:
+                    why = "JSON nested too deeply" if isinstance(exc, RecursionError) else f"not JSON: {exc}"
+                    raise ReplayFileError(f"{self.path}:{lineno}: {why}") from None
+                if rec is None:
+                    continue
+                problem = _record_problem(rec)
+                if problem is not None:
+                    raise ReplayFileError(f"{self.path}:{lineno}: not a replay entry ({problem})")
+                entries[_key(rec["task_id"], rec["name"], rec["arguments"], rec["occurrence"])] = rec
         return entries
 
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
@@ -94,7 +120,7 @@ class ReplayBackend:
         if error is not None:
             return ToolResult(call, None, error)
         task_id = self.task.id if self.task is not None else ""
-        base = f"{call.name}\x1f{canonical_json(call.arguments)}"
+        base = canonical_json([call.name, call.arguments])
         occurrence = self._seen.get(base, 0)
         self._seen[base] = occurrence + 1
         key = _key(task_id, call.name, call.arguments, occurrence)

@@ -95,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         module, configs = parse(argv)
         return module.run(*configs)
-    except (UserError, TaskFormatError, KeyError, ValueError) as exc:
+    except (UserError, TaskFormatError, KeyError, ValueError, OSError) as exc:
+        # OSError: a path that exists, is missing or is a directory (--out on a file, say); one line too.
         if os.environ.get("ENVACE_DEBUG"):
             raise
         msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
