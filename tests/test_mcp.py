@@ -138,3 +138,54 @@ def test_http_backends_are_loopback_only():
         with pytest.raises(MCPError, match="loopback only"):
             MCPBackend(url)
     assert MCPBackend("http://localhost:1/mcp").url == "http://localhost:1/mcp"
+
+
+def test_loopback_http_ignores_proxy_settings(monkeypatch):
+    from envace_gym.envs.builtin.mcp_server import free_port
+
+    url, proc = _start_http_server(free_port())
+    try:
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+            monkeypatch.setenv(var, "http://127.0.0.1:9")  # nothing listens there: a proxied request would fail
+        for var in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(var, raising=False)
+        env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", backend=f"mcp:{url}")
+        report = evaluate(env, OraclePolicy(env.unwrapped.suite), 2, progress=False)
+        env.close()
+        assert all(r.success for r in report.results)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _processes_with(marker):
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_server_that_never_answers_is_stopped_after_the_start_timeout():
+    import threading
+    import time
+
+    from envace_gym.backends.mcp import MCPError
+
+    marker = f"envace-silent-{time.monotonic_ns()}"
+    silent = [sys.executable, "-c", "import sys, time; sys.stdin.read(); time.sleep(600)", marker]
+    with pytest.raises(MCPError, match="did not start"):
+        MCPBackend(silent, start_timeout=2).reset()
+    deadline = time.monotonic() + 20
+    while (_processes_with(marker) or any(t.name == "envace-mcp" for t in threading.enumerate())) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    assert _processes_with(marker) == [], "the server process was left running"
+    assert not any(t.name == "envace-mcp" for t in threading.enumerate()), "the client thread was left running"

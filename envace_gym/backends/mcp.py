@@ -69,14 +69,21 @@ class _Connection:
         self._closing: asyncio.Event | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._task: asyncio.Task | None = None
+        http = None
         if url is not None:
-            transport = streamable_http_client(url)
+            import httpx2  # the mcp package's HTTP client
+
+            # trust_env=False: loopback traffic must never go to an HTTP(S)_PROXY from the environment.
+            http = httpx2.AsyncClient(trust_env=False, timeout=httpx2.Timeout(30.0, read=300.0))
+            transport = streamable_http_client(url, http_client=http)
         else:
             transport = stdio_client(StdioServerParameters(command=command[0], args=list(command[1:])))
         what = url or shlex.join(command)
 
         async def serve() -> None:
             self._closing = asyncio.Event()
+            self._task = asyncio.current_task()
             try:
                 async with transport as (read, write):
                     async with ClientSession(read, write) as session:
@@ -88,6 +95,8 @@ class _Connection:
                 self._error = exc
             finally:
                 self.session = None
+                if http is not None:
+                    await http.aclose()
                 self._ready.set()
 
         self.thread = threading.Thread(
@@ -109,7 +118,12 @@ class _Connection:
 
     def close(self) -> None:
         if self._closing is not None and self.loop.is_running():
-            self.loop.call_soon_threadsafe(self._closing.set)
+            if self.session is not None:
+                self.loop.call_soon_threadsafe(self._closing.set)
+            elif self._task is not None:
+                # Still starting (a server that never answers): cancel, so that the transport's exit
+                # stops the server process instead of leaving it and this thread waiting forever.
+                self.loop.call_soon_threadsafe(self._task.cancel)
         self.thread.join(timeout=5)
 
 

@@ -92,10 +92,12 @@ def parse(argv: Sequence[str]) -> tuple[ModuleType, tuple[Any, ...]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from envace_gym.backends.mcp import MCPError  # light: the mcp package itself loads on first use
+
     try:
         module, configs = parse(argv)
         return module.run(*configs)
-    except (UserError, TaskFormatError, KeyError, ValueError, OSError) as exc:
+    except (UserError, TaskFormatError, KeyError, ValueError, OSError, MCPError) as exc:
         # OSError: a path that exists, is missing or is a directory (--out on a file, say); one line too.
         if os.environ.get("ENVACE_DEBUG"):
             raise
