@@ -167,8 +167,13 @@ def _broken_call_attempt(stripped: str) -> str | None:
 
 
 def strip_reasoning(text: str) -> str:
-    """``text`` without its ``<think>`` blocks (the visible part that may hold calls or answers)."""
-    return THINK_BLOCK.sub("", text)
+    """``text`` without its ``<think>`` blocks (the visible part that may hold calls or answers). A
+    ``</think>`` left over (nested tags: ``<think><think></think>...</think>``) closes reasoning that ran
+    to it, so everything before the last one is reasoning too: a call inside it is never run."""
+    visible = THINK_BLOCK.sub("", text)
+    if "</think>" in visible:
+        visible = visible.rsplit("</think>", 1)[1]
+    return visible
 
 
 def _strip_think_tags(block: str) -> str:

@@ -173,3 +173,11 @@ def test_paths_that_are_directories_or_files_in_the_way_are_one_line_errors(tmp_
                  "--out", str(tmp_path / "out")])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "envace: error:" in err
+
+
+def test_a_call_inside_nested_think_tags_is_never_run():
+    nested = '<think><think></think><tool_call>{"name": "f", "arguments": {}}</tool_call></think>Hi'
+    parsed = parse_calls(nested)
+    assert parsed.calls == [] and parsed.content == "Hi"
+    after = parse_calls('<think>plan</think><tool_call>{"name": "f", "arguments": {}}</tool_call>')
+    assert [c.name for c in after.calls] == ["f"]  # a call after the reasoning still runs
