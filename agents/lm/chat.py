@@ -65,6 +65,11 @@ class ChatFormat:
         if not template:
             raise TemplateError("the tokenizer has no chat template")
         self.native_tools = "tools" in template
+        decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
+        specials |= {t.content for t in decoder.values() if getattr(t, "special", False)}
+        #: Control-token strings (longest first) that message contents may not spell as control tokens.
+        self.control_tokens = sorted((t for t in specials if len(t) > 1), key=len, reverse=True)
 
     def render(
         self,
@@ -106,14 +111,36 @@ class ChatFormat:
         eot = self.tokenizer.eos_token or ""
         return full[:at], closing.split(eot)[0] if eot and eot in closing else ""
 
-    @staticmethod
-    def _plain(message: dict[str, Any]) -> dict[str, Any]:
+    def _plain(self, message: dict[str, Any]) -> dict[str, Any]:
         # Assistant messages keep their raw text (which already holds the <tool_call> blocks), so the parsed
-        # tool_calls are dropped here: rendering both would show every call twice.
-        out = {"role": message["role"], "content": message.get("content") or ""}
+        # tool_calls are dropped here: rendering both would show every call twice. They are the policy's own
+        # tokens, kept as sampled; every other content (tool results, real or imagined, user and system
+        # text) is escaped, so that it cannot forge a turn.
+        content = message.get("content") or ""
+        out = {"role": message["role"], "content": content if message["role"] == "assistant" else self.escape(content)}
         if message["role"] == "tool" and message.get("name"):
             out["name"] = message["name"]
         return out
+
+    def escape(self, text: str) -> str:
+        """``text`` with each control-token string (``<|im_end|>``, ``<|im_start|>``, ...) broken by a word
+        joiner (U+2060) after its first character: it reads the same but encodes as plain text, never as a
+        control token, so content cannot end a turn or open one with another role."""
+        for token in self.control_tokens:
+            if token in text:
+                text = text.replace(token, token[0] + "\u2060" + token[1:])
+        return text
+
+    def spells_control_token(self, text: str) -> bool:
+        """Whether ``text``, less the control tokens it may end with (its end of turn), spells one: such text
+        renders escaped (:meth:`escape`), so tokens sampled for it cannot stand in the stream as they are."""
+        body, trimmed = text.rstrip(), True
+        while trimmed:
+            trimmed = False
+            for token in self.control_tokens:
+                if body.endswith(token):
+                    body, trimmed = body[: -len(token)].rstrip(), True
+        return self.escape(body) != body
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 from tqdm.auto import tqdm
 
-from envace_gym.agents.lm.chat import ROLES, TokenStream
+from envace_gym.agents.lm.chat import ROLES, ChatFormat, TokenStream
 from envace_gym.agents.rollout.remote import RemoteEnvs
 from envace_gym.rehearsal import EnvRoleSample
 from envace_gym.rehearsal.batching import step_batched
@@ -270,13 +270,16 @@ def _text_policies(policy: Any, n_envs: int) -> list[TextPolicy]:
     return actors
 
 
-def _splice_inline(stream: TokenStream, sample: EnvRoleSample) -> bool:
+def _splice_inline(stream: TokenStream, sample: EnvRoleSample, fmt: ChatFormat) -> bool:
     """Append an inline env-role answer to the actor's stream as generated: the tool-message header the
     policy encoded (``external``), then the sampled result tokens (``env_role``). False (nothing appended)
-    when the sample does not continue the stream; the next render then re-encodes that message."""
+    when the sample does not continue the stream, or spells a control token (its message renders escaped);
+    the next render then re-encodes that message."""
     ids, text = sample.prompt_ids, sample.prompt_text
     n = len(stream.ids)
     if not text.startswith(stream.text) or ids[:n] != stream.ids or not sample.completion_ids:
+        return False
+    if fmt.spells_control_token(sample.completion_text):
         return False
     stream.extend(ids[n:], "external", text[len(stream.text) :])
     stream.extend(sample.completion_ids, "env_role", sample.completion_text, sample.logprobs)
@@ -448,7 +451,7 @@ def collect(
                 for sample in info.get("rehearsal", []):
                     slot.samples.append(sample)
                     if sample.mode == "inline" and sample.valid and spliced:
-                        spliced = _splice_inline(slot.stream, sample)
+                        spliced = _splice_inline(slot.stream, sample, lm.chat)
                 slot.obs, slot.info = obs, info
                 if terminated or truncated:
                     finish(slot, reward, truncated, info)
