@@ -29,6 +29,7 @@ from envace_gym.agents.rollout import Trajectory, load_trajectories, save_trajec
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.envace import EnvACETrainer
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
+from envace_gym.jsonl import read_jsonl
 from envace_gym.transcript import render_transcript
 
 __all__ = ["DemoConfig", "run_demo"]
@@ -143,7 +144,7 @@ def _plot(path: Path, before: dict[str, Any], after: dict[str, Any], rl_metrics:
         ax.set_ylim(0, 1)
         ax.set_title(title)
         ax.legend()
-    records = [json.loads(line) for line in rl_metrics.read_text().splitlines() if line.strip()]
+    records = [record for _, record in read_jsonl(rl_metrics)]
     steps = [r["step"] for r in records]
     axes[2].plot(steps, [r["reward_actor"] for r in records], marker="o", label="actor reward (imagined)")
     axes[2].plot(steps, [r["valid_env_role"] or 0.0 for r in records], marker="o", label="env role: valid answers")

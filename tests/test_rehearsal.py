@@ -163,7 +163,7 @@ def test_replay_miss_and_corrupt_file(tmp_path):
     assert info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR" and "replay miss" in info["errors"][0]["message"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task_id": "t", "name": "f", "arguments": {}, "occurrence": 0, "payload": 1}\n{broken\n')
-    with pytest.raises(ReplayFileError, match=r"bad\.jsonl:2: not a replay entry"):
+    with pytest.raises(ReplayFileError, match=r"bad\.jsonl:2: not JSON"):
         ReplayBackend(bad)
 
 

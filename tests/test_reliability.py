@@ -242,3 +242,67 @@ def test_a_hostile_imagined_result_stays_text_in_the_rollout():
     assert _control_count(policy.tokenizer, ids) == (5, 4)  # system, user, assistant, tool + generation prompt
     (traj,) = collect([env], policy, 1, task_ids=["bank-test-0008"], progress=False)
     assert traj.turns >= 1  # the rollout itself runs over such content without a template error
+
+
+# ------------------------------------------------------------------------------ torn lines after a kill
+_HALF_WRITER = """
+import json, sys, time
+path = sys.argv[1]
+with open(path, "a", encoding="utf-8") as fh:
+    for line in sys.stdin.read().splitlines():
+        fh.write(line + "\\n")
+    fh.write(line[: len(line) // 2])  # the write a kill interrupts
+    fh.flush()
+    print("torn", flush=True)
+    time.sleep(600)
+"""
+
+
+def _killed_mid_write(path, lines):
+    """A real writer process, SIGKILLed after writing ``lines`` and half of the last one again."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HALF_WRITER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    proc.stdin.write("\n".join(lines))
+    proc.stdin.close()
+    assert proc.stdout.readline().strip() == "torn"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not path.read_bytes().endswith(b"\n")
+
+
+def test_every_reader_skips_a_torn_last_line_from_a_killed_writer_with_a_warning(tmp_path):
+    from envace_gym.agents.rollout import load_trajectories
+    from envace_gym.agents.rollout.loop import EpisodeResult, Trajectory
+    from envace_gym.agents.train.plots import read_metrics
+    from envace_gym.jsonl import TornLineWarning
+
+    traj = Trajectory(
+        EpisodeResult("t", "bank", 1.0, True, {}, 1, False, 1, 0, []), [1, 2], ["prompt", "actor"], [0, -1]
+    )
+    _killed_mid_write(tmp_path / "trajs.jsonl", [json.dumps(traj.to_dict())] * 3)
+    with pytest.warns(TornLineWarning, match="trajs.jsonl:4: skipped a torn last line"):
+        assert len(load_trajectories(tmp_path / "trajs.jsonl")) == 3
+    _killed_mid_write(tmp_path / "metrics.jsonl", [json.dumps({"step": i, "reward_actor": 0.5}) for i in (1, 2)])
+    with pytest.warns(TornLineWarning):
+        assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+    cache = tmp_path / "cache.jsonl"
+    _killed_mid_write(cache, [_replay_line(occurrence=0), _replay_line(occurrence=1)])
+    with pytest.warns(TornLineWarning):
+        assert len(ReplayBackend(cache).entries) == 2
+    assert not cache.read_bytes().endswith(b"\n")  # reading never changes the file
+    with pytest.warns(TornLineWarning):
+        ReplayBackend(cache, fallback=ReplayBackend(cache), on_miss="fallback", write_back=True)
+    assert cache.read_bytes().endswith(b"\n") and len(cache.read_text().splitlines()) == 2  # healed for appending
+
+
+def test_a_bad_line_that_is_not_the_last_is_still_an_error(tmp_path):
+    from envace_gym.agents.train.plots import read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": \n{"step": 3}\n')
+    with pytest.raises(ValueError, match="metrics.jsonl:2: not JSON"):
+        read_metrics(path)

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.chat import ROLES, ChatFormat, TokenStream
 from envace_gym.agents.rollout.remote import RemoteEnvs
+from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal import EnvRoleSample
 from envace_gym.rehearsal.batching import step_batched
 
@@ -187,16 +188,14 @@ def save_trajectories(trajectories: Iterable[Trajectory], path: str | Path) -> P
 
 
 def load_trajectories(path: str | Path) -> list[Trajectory]:
-    """Read :func:`save_trajectories`' file; a bad line raises ``ValueError("file:line: ...")``."""
+    """Read :func:`save_trajectories`' file; a bad line raises ``ValueError("file:line: ...")``, a torn last
+    line (a write a killed run did not finish) is skipped with a warning."""
     out = []
-    with Path(path).open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(Trajectory.from_dict(json.loads(line)))
-            except (ValueError, TypeError, KeyError) as exc:
-                raise ValueError(f"{path}:{lineno}: not a trajectory: {exc}") from None
+    for lineno, record in read_jsonl(path):  # a torn last line (a killed run) is skipped with a warning
+        try:
+            out.append(Trajectory.from_dict(record))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"{path}:{lineno}: not a trajectory: {exc}") from None
     return out
 
 

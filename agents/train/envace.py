@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.rollout import Trajectory, collect, save_trajectories
+from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal import SelfRehearsalEnv
 
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -213,10 +214,9 @@ class EnvACETrainer:
                     print(f"resuming {ckpt} with changed settings: {', '.join(changed)}")
             metrics = self.out / "metrics.jsonl"
             if metrics.exists():  # steps after the checkpoint will be run again
-                kept = [
-                    ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= self.step_done
-                ]
-                metrics.write_text("".join(ln + "\n" for ln in kept))
+                # read_jsonl drops a torn last line (the run was killed while writing it).
+                kept = [r for _, r in read_jsonl(metrics) if isinstance(r, dict) and r.get("step", 0) <= self.step_done]
+                metrics.write_text("".join(json.dumps(r) + "\n" for r in kept))
             if self.step_done and metrics.exists() and metrics.stat().st_size:
                 self.plot()
 

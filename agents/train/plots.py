@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 from typing import Any
+
+from envace_gym.jsonl import read_jsonl
 
 __all__ = ["plot_learning_curve", "read_metrics"]
 
@@ -18,22 +19,16 @@ _SUCCESS_SERIES = (("success_actor", "actor success"), ("valid_env_role", "env-r
 def read_metrics(metrics_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The JSON objects of a ``metrics.jsonl``, one per non-blank line.
 
-    Raises ``ValueError`` naming the file and line for a line that is not a JSON object, and
+    Raises ``ValueError`` naming the file and line for a line that is not a JSON object (a torn last line,
+    from a killed run, is skipped with a warning), and
     ``ValueError("<path>: no metrics")`` for a file without records.
     """
     path = Path(metrics_path)
     records = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{lineno}: not a JSON object")
-            records.append(record)
+    for lineno, record in read_jsonl(path):  # a torn last line (a killed run) is skipped with a warning
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{lineno}: not a JSON object")
+        records.append(record)
     if not records:
         raise ValueError(f"{path}: no metrics")
     return records

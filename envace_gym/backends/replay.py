@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..calls import CallError, ErrorCode, ToolCall, canonical_json, json_value_problem
+from ..jsonl import read_jsonl
 from ..tools import ToolSpec
 from .base import Backend, ToolResult, replayed_state_hash, state_digest, validate_call
 
@@ -88,22 +89,25 @@ class ReplayBackend:
             return entries
         if not self.path.is_file():
             raise ReplayFileError(f"{self.path}: not a file (a replay cache is JSONL, one entry per line)")
-        with self.path.open("rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                try:
-                    rec = json.loads(raw.decode("utf-8")) if raw.strip() else None
-                except UnicodeDecodeError as exc:
-                    raise ReplayFileError(f"{self.path}:{lineno}: not UTF-8 (byte {exc.start + 1})") from None
-                except (ValueError, RecursionError) as exc:
-                    why = "JSON nested too deeply" if isinstance(exc, RecursionError) else f"not JSON: {exc}"
-                    raise ReplayFileError(f"{self.path}:{lineno}: {why}") from None
-                if rec is None:
-                    continue
+        if self.write_back and self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n"):
+            self._heal_torn_end()
+        try:  # a torn last line (a recording run killed mid-write) is skipped with a warning
+            for lineno, rec in read_jsonl(self.path):
                 problem = _record_problem(rec)
                 if problem is not None:
                     raise ReplayFileError(f"{self.path}:{lineno}: not a replay entry ({problem})")
                 entries[_key(rec["task_id"], rec["name"], rec["arguments"], rec["occurrence"])] = rec
+        except ReplayFileError:
+            raise
+        except ValueError as exc:
+            raise ReplayFileError(str(exc)) from None
         return entries
+
+    def _heal_torn_end(self) -> None:
+        """Cut a torn last line off a cache this backend will append to (else the next entry would be glued
+        to it); reading alone never changes the file."""
+        data = self.path.read_bytes()
+        self.path.write_bytes(data[: data.rfind(b"\n") + 1])
 
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         self.task = task

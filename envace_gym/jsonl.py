@@ -1,0 +1,61 @@
+"""JSONL files that runs append to (trajectories, metrics, replay caches): one reader for all of them.
+
+A run killed while writing leaves at most one torn line: the last one, without its newline. Every reader of
+such a file goes through :func:`read_jsonl`, which skips that line with a warning and names ``file:line`` for
+any other line that cannot be read. Task files are written by people, not appended by runs: they stay strict
+(``TaskSuite.load_jsonl``).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["read_jsonl", "TornLineWarning"]
+
+
+class TornLineWarning(UserWarning):
+    """A JSONL file's last line was cut short (a write a killed run did not finish) and was skipped."""
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` for each non-blank line of ``path``.
+
+    A last line with no newline that is not valid JSON is skipped with a :class:`TornLineWarning`; any other
+    line that is not UTF-8 or not JSON raises ``ValueError("file:line: why")`` (a JSON bomb included).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: not a file" if path.exists() else f"{path}: no such file")
+    with path.open("rb") as fh:
+        lines = iter(fh)
+        raw = next(lines, None)
+        lineno = 0
+        while raw is not None:
+            lineno += 1
+            following = next(lines, None)
+            torn = following is None and not raw.endswith(b"\n")
+            try:
+                text = raw.decode("utf-8")
+                value = json.loads(text) if text.strip() else None
+            except (ValueError, RecursionError) as exc:
+                if torn:
+                    warnings.warn(
+                        f"{path}:{lineno}: skipped a torn last line ({len(raw)} bytes; a write cut short)",
+                        TornLineWarning,
+                        stacklevel=2,
+                    )
+                    return
+                if isinstance(exc, UnicodeDecodeError):
+                    why = f"not UTF-8 (byte {exc.start + 1})"
+                elif isinstance(exc, RecursionError):
+                    why = "JSON nested too deeply"
+                else:
+                    why = f"not JSON ({exc})"
+                raise ValueError(f"{path}:{lineno}: {why}") from None
+            if text.strip():
+                yield lineno, value
+            raw = following
