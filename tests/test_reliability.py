@@ -306,3 +306,26 @@ def test_a_bad_line_that_is_not_the_last_is_still_an_error(tmp_path):
     path.write_text('{"step": 1}\n{"step": \n{"step": 3}\n')
     with pytest.raises(ValueError, match="metrics.jsonl:2: not JSON"):
         read_metrics(path)
+
+
+# --------------------------------------------------------------------------------------------- security
+def test_the_library_never_evals_execs_or_unpickles():
+    """Model output, caches and task files are data: no eval/exec, no pickle (or its relatives) anywhere in
+    the library, and any torch.load is weights_only."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    forbidden = re.compile(
+        r"(?<![\w.])(eval|exec|compile)\(|\bimport (pickle|marshal|shelve|dill|cloudpickle)\b|"
+        r"\bfrom (pickle|marshal|shelve|dill|cloudpickle) import|\byaml\.load\(|"
+        r"\btorch\.load\((?![^)]*weights_only=True)"
+    )
+    found = []
+    for folder in ("envace_gym", "agents", "envs"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if forbidden.search(line.split("#", 1)[0]):
+                    found.append(f"{path.relative_to(root)}:{lineno}: {line.strip()}")
+    assert found == []
+    probe = "x = eval(s)\nimport pickle\ntorch.load(f)\ncode = compile(t, 'f', 'exec')\n"
+    assert len([ln for ln in probe.splitlines() if forbidden.search(ln)]) == 4  # the pattern does catch them
