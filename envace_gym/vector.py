@@ -15,6 +15,7 @@ with Gymnasium's shared-memory utilities.
 from __future__ import annotations
 
 import functools
+import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from copy import deepcopy
@@ -31,7 +32,14 @@ from .backends.spec import parse_backend_spec
 from .rehearsal.batching import step_batched
 from .rehearsal.wrapper import SelfRehearsalEnv
 
-__all__ = ["ToolCallVectorEnv", "ToolCallAsyncVectorEnv", "WorkerDiedError", "make_vector", "PER_ENV_OPTIONS"]
+__all__ = [
+    "ToolCallVectorEnv",
+    "ToolCallAsyncVectorEnv",
+    "WorkerDiedError",
+    "WorkerTimeoutError",
+    "make_vector",
+    "PER_ENV_OPTIONS",
+]
 
 #: Reset options that may be given per env, as a list with one entry per env.
 PER_ENV_OPTIONS = ("task_id",)
@@ -153,6 +161,11 @@ class WorkerDiedError(RuntimeError):
     """A worker process of a :class:`ToolCallAsyncVectorEnv` died; the vector env is closed."""
 
 
+class WorkerTimeoutError(RuntimeError):
+    """Workers of a :class:`ToolCallAsyncVectorEnv` did not answer within ``worker_timeout``; they are
+    terminated and the vector env is closed."""
+
+
 def _reports_dead_workers(method: Callable) -> Callable:
     @functools.wraps(method)
     def run(self: ToolCallAsyncVectorEnv, *args: Any, **kwargs: Any) -> Any:
@@ -171,14 +184,47 @@ def _reports_dead_workers(method: Callable) -> Callable:
     return run
 
 
+def _bounded_wait(method: Callable) -> Callable:
+    """A ``*_wait(timeout=None)`` that waits at most ``self.worker_timeout`` by default, and on a timeout
+    terminates the workers (a stuck one cannot be told to stop) and raises :class:`WorkerTimeoutError`."""
+
+    @functools.wraps(method)
+    def run(self: ToolCallAsyncVectorEnv, timeout: float | None = None) -> Any:
+        timeout = self.worker_timeout if timeout is None else timeout
+        try:
+            return method(self, timeout)
+        except multiprocessing.TimeoutError:
+            stuck = [i for i, pipe in enumerate(self.parent_pipes) if pipe is not None and not pipe.poll(0)]
+            self._state = AsyncState.DEFAULT
+            self.close(terminate=True)
+            raise WorkerTimeoutError(
+                f"{type(self).__name__}: worker(s) {stuck} did not answer within {timeout} s; they were "
+                "terminated and the vector env is closed, build a new one"
+            ) from None
+
+    return run
+
+
 class ToolCallAsyncVectorEnv(AsyncVectorEnv):
-    """Gymnasium's ``AsyncVectorEnv`` (one process per env, observations in shared memory), except that a
-    worker that dies (killed, out of memory, a crash in native code) raises :class:`WorkerDiedError`
-    naming the worker, its pid and exit code, and closes the vector env, instead of a bare
-    ``BrokenPipeError``/``EOFError``. Gymnasium's own call never hangs on a dead worker either (its pipe
-    is closed), but says nothing of which worker or why. Env-role requests are not batched across
-    processes: each worker's env role is its own copy of the imaginer.
+    """Gymnasium's ``AsyncVectorEnv`` (one process per env, observations in shared memory), except that
+
+    * a worker that dies (killed, out of memory, a crash in native code) raises :class:`WorkerDiedError`
+      naming the worker, its pid and exit code, and closes the vector env, instead of a bare
+      ``BrokenPipeError``/``EOFError`` (Gymnasium's own call never hangs on a dead worker either, but says
+      nothing of which worker or why);
+    * with ``worker_timeout`` (seconds), a reset, step or call that a worker does not answer in time (a tool
+      stuck in native code, say) raises :class:`WorkerTimeoutError` naming the stuck workers, which are
+      terminated, instead of waiting forever.
+
+    Env-role requests are not batched across processes: each worker's env role is its own copy of the
+    imaginer.
     """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], worker_timeout: float | None = None, **kwargs: Any):
+        if worker_timeout is not None and worker_timeout <= 0:
+            raise ValueError(f"worker_timeout must be > 0 seconds, got {worker_timeout}")
+        self.worker_timeout = worker_timeout
+        super().__init__(env_fns, **kwargs)
 
     def _dead_workers(self) -> list[str]:
         # A worker whose pipe just broke may not have exited yet: wait (briefly) for one that has, and reap
@@ -196,11 +242,11 @@ class ToolCallAsyncVectorEnv(AsyncVectorEnv):
         return dead
 
     reset_async = _reports_dead_workers(AsyncVectorEnv.reset_async)
-    reset_wait = _reports_dead_workers(AsyncVectorEnv.reset_wait)
+    reset_wait = _reports_dead_workers(_bounded_wait(AsyncVectorEnv.reset_wait))
     step_async = _reports_dead_workers(AsyncVectorEnv.step_async)
-    step_wait = _reports_dead_workers(AsyncVectorEnv.step_wait)
+    step_wait = _reports_dead_workers(_bounded_wait(AsyncVectorEnv.step_wait))
     call_async = _reports_dead_workers(AsyncVectorEnv.call_async)
-    call_wait = _reports_dead_workers(AsyncVectorEnv.call_wait)
+    call_wait = _reports_dead_workers(_bounded_wait(AsyncVectorEnv.call_wait))
     set_attr = _reports_dead_workers(AsyncVectorEnv.set_attr)
 
 
@@ -213,6 +259,7 @@ def make_vector(
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     copy: bool = True,
     asynchronous: bool = False,
+    worker_timeout: float | None = None,
     max_episode_steps: int | None = None,
     **env_kwargs: Any,
 ) -> ToolCallVectorEnv | ToolCallAsyncVectorEnv:
@@ -230,6 +277,8 @@ def make_vector(
         asynchronous: one process per env (:class:`ToolCallAsyncVectorEnv`: dead workers reported clearly),
             for slow tools; the env role is then not batched across envs. ``gym.make_vec(...,
             vectorization_mode="async")`` gives Gymnasium's plain ``AsyncVectorEnv`` instead.
+        worker_timeout: (``asynchronous``) seconds a worker may take to answer a reset, step or call before
+            the stuck workers are terminated and :class:`WorkerTimeoutError` is raised; None waits forever.
         max_episode_steps: wraps each env in ``TimeLimit`` (as ``gym.make``).
         env_kwargs: ``gym.make``'s kwargs for the single env (``suite``, ``split``, ``backend``, ...).
 
@@ -257,5 +306,9 @@ def make_vector(
         return SelfRehearsalEnv(env, imaginer, **{"mode": mode, **(rehearsal or {})})
 
     if asynchronous:
-        return ToolCallAsyncVectorEnv([build] * num_envs, copy=copy, autoreset_mode=autoreset_mode)
+        return ToolCallAsyncVectorEnv(
+            [build] * num_envs, worker_timeout=worker_timeout, copy=copy, autoreset_mode=autoreset_mode
+        )
+    if worker_timeout is not None:
+        raise ValueError("worker_timeout applies to asynchronous=True (worker processes) only")
     return ToolCallVectorEnv([build] * num_envs, copy=copy, autoreset_mode=autoreset_mode)

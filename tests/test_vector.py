@@ -462,3 +462,41 @@ def test_gymnasiums_own_async_vector_env_does_not_hang_on_a_killed_worker():
     out = _bounded(lambda: vec.step([BALANCE, BALANCE]))
     assert isinstance(out.get("error"), OSError | EOFError), out
     vec.close(terminate=True)
+
+
+class _Stuck(gym.Env):
+    """An env whose step never returns in time when told to (a tool stuck in native code, say)."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action):
+        if action == 1:
+            import time
+
+            time.sleep(600)
+        return 0, 0.0, False, False, {}
+
+
+def test_a_stuck_worker_is_detected_by_the_timeout_and_terminated():
+    from envace_gym.vector import WorkerTimeoutError
+
+    vec = ToolCallAsyncVectorEnv([_Stuck, _Stuck], worker_timeout=3)
+    vec.reset(seed=0)
+    vec.step([0, 0])  # answered in time: no error
+    processes = list(vec.processes)
+    out = _bounded(lambda: vec.step([0, 1]))
+    assert isinstance(out.get("error"), WorkerTimeoutError), out
+    assert "worker(s) [1]" in str(out["error"]) and vec.closed
+    for process in processes:
+        process.join(10)
+        assert not process.is_alive()
+
+
+def test_worker_timeout_needs_worker_processes():
+    with pytest.raises(ValueError, match="asynchronous=True"):
+        gym.make_vec("EnvACE-ToolCall-v0", num_envs=2, worker_timeout=5, **BANK)
