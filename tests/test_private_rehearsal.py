@@ -364,3 +364,22 @@ def test_sequential_rehearsal_from_a_later_user_turn_still_passes_the_memory_on(
     r1, r2, committed, later1, later2 = Scripted.seen_notes
     assert r1 is None and "Rehearsal 1:" in r2 and committed == traj.notes[0]["text"]
     assert later1 is None and "Rehearsal 1:" in later2
+
+
+def test_a_summarised_memory_is_the_policys_own_words_within_the_bound():
+    from envace_gym.agents.lm.engine import SamplingConfig
+    from envace_gym.agents.lm.policy import tiny_policy
+    from envace_gym.agents.rehearsal.memory import MEMORY_HEADER
+
+    policy = tiny_policy(sampling=SamplingConfig(temperature=0.0, max_new_tokens=8, seed=0))
+    env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=2)
+    _, info = env.reset(seed=0, options={"task_id": TASK})
+    plain = PrivateRehearsal(policy, budget=1, memory_tokens=48, imaginer=KnownWorld())
+    summary = PrivateRehearsal(policy, budget=1, memory_tokens=48, imaginer=KnownWorld(), memory="summary")
+    (deterministic,) = plain.prepare_turns([env], [info])
+    (summarised,) = summary.prepare_turns([env], [info])
+    assert summarised.text.startswith(MEMORY_HEADER) and "Rehearsal 1:" not in summarised.text
+    assert summarised.text != deterministic.text and summarised.stats["memory_tokens"] <= 48
+    assert summarised.stats["rehearsal_tokens"] > deterministic.stats["rehearsal_tokens"]  # the summary's tokens count
+    with pytest.raises(ValueError, match="summary"):
+        PrivateRehearsal(Scripted(), imaginer=KnownWorld(), memory="summary")
