@@ -8,6 +8,8 @@ import sys
 
 import gymnasium as gym
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import envace_gym  # noqa: F401  (registers the envs)
 from envace_gym.backends.replay import ReplayBackend, ReplayFileError
@@ -329,3 +331,41 @@ def test_the_library_never_evals_execs_or_unpickles():
     assert found == []
     probe = "x = eval(s)\nimport pickle\ntorch.load(f)\ncode = compile(t, 'f', 'exec')\n"
     assert len([ln for ln in probe.splitlines() if forbidden.search(ln)]) == 4  # the pattern does catch them
+
+
+# ----------------------------------------------------------------------------------------------- fuzzing
+FUZZ_ENVS = [
+    *[("EnvACE-ToolCall-v0", {"suite": f"builtin/{d}"}, 300) for d in DOMAINS],
+    ("EnvACE-BFCL-v0", {"category": "multi_turn_base", "split": None}, 200),
+    ("EnvACE-Tau2-v0", {"domain": "retail", "split": None}, 15),
+]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs", "n"), FUZZ_ENVS, ids=[f"{e}-{list(k.values())[0]}" for e, k, _ in FUZZ_ENVS]
+)
+def test_fuzzed_actions_never_crash_always_explain_and_never_move_state_when_rejected(
+    env_id, kwargs, n, default_recursion_limit
+):
+    from envace_gym.fuzz import fuzz_env
+
+    env = gym.make(env_id, **kwargs)
+    report = fuzz_env(env, n, seed=1)
+    env.close()
+    assert report.crashes == [] and report.unexplained == 0 and report.state_changes == 0
+    assert report.actions == n
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=3000))
+def test_any_text_is_a_step_with_a_well_formed_outcome(text):
+    env = _BANK_ENV
+    if env.unwrapped.done or env.unwrapped.task is None:
+        env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(text)
+    assert isinstance(obs, str) and reward in (0.0, 1.0)
+    assert all(e["code"] in {c.value for c in ErrorCode} for e in info["errors"])
+    obs.encode("utf-8")  # never a string that cannot be encoded
+
+
+_BANK_ENV = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", max_turns=1000)
