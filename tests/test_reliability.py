@@ -369,3 +369,40 @@ def test_any_text_is_a_step_with_a_well_formed_outcome(text):
 
 
 _BANK_ENV = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", max_turns=1000)
+
+
+# ------------------------------------------------------------------------------------------ kill and resume
+def test_a_run_killed_during_a_checkpoint_write_resumes_to_the_uninterrupted_result(tmp_path):
+    """A real SIGKILL while checkpoint 2 is half written (weights and optimizer on disk, the rest not): the
+    resumed run starts from checkpoint 1 and ends with the same weights and metrics as a run never killed."""
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    script = str(Path(__file__).with_name("kill_train_script.py"))
+
+    def run(mode, out, **popen):
+        return subprocess.Popen([sys.executable, script, mode, str(out)], text=True, **popen)
+
+    whole = run("run", tmp_path / "whole")
+    assert whole.wait(600) == 0
+    stalled = run("stall", tmp_path / "killed", stdout=subprocess.PIPE)
+    assert stalled.stdout.readline().strip() == "stalled"
+    stalled.send_signal(signal.SIGKILL)
+    stalled.wait(60)
+    leftovers = sorted(p.name for p in (tmp_path / "killed").iterdir() if p.name.startswith((".ckpt", "ckpt")))
+    assert "ckpt-1" in leftovers and "ckpt-2" not in leftovers and any(".ckpt-2.tmp" in n for n in leftovers)
+    resumed = run("resume", tmp_path / "killed")
+    assert resumed.wait(600) == 0
+
+    def metrics(out):
+        return [
+            {k: v for k, v in r.items() if not k.endswith("_s") and k != "tokens_per_s"}
+            for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+        ]
+
+    assert json.loads((tmp_path / "killed" / "final.json").read_text()) == json.loads(
+        (tmp_path / "whole" / "final.json").read_text()
+    )
+    assert metrics(tmp_path / "killed") == metrics(tmp_path / "whole") and len(metrics(tmp_path / "whole")) == 3
+    assert not any(p.name.startswith(".ckpt") for p in (tmp_path / "killed").iterdir())  # the torn save was cleaned
