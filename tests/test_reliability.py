@@ -406,3 +406,26 @@ def test_a_run_killed_during_a_checkpoint_write_resumes_to_the_uninterrupted_res
     )
     assert metrics(tmp_path / "killed") == metrics(tmp_path / "whole") and len(metrics(tmp_path / "whole")) == 3
     assert not any(p.name.startswith(".ckpt") for p in (tmp_path / "killed").iterdir())  # the torn save was cleaned
+
+
+def test_file_tools_stay_inside_their_in_memory_tree(tmp_path):
+    """No path spelling reaches the host: reads of a real host file find nothing, writes create nothing,
+    and the toolkit's module touches no host file API."""
+    from pathlib import Path
+
+    from envace_gym import ToolCall, format_calls
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("HOST-SECRET-4711")
+    env = gym.make("EnvACE-ToolCall-v0", suite="builtin/files", split="test")
+    env.reset(seed=0)
+    hostile = [str(secret), f"/home/..{secret}", f"/home/sam/../..{secret}", f"//{secret}", "../" * 8 + str(secret)[1:]]
+    for path in hostile:
+        obs, *_ = env.step(format_calls([ToolCall("read_file", {"path": path})]))
+        assert "HOST-SECRET" not in obs and '"error"' in obs, path
+        env.step(format_calls([ToolCall("write_file", {"path": path + ".pwned", "content": "x"})]))
+        assert not Path(str(secret) + ".pwned").exists()
+    obs, *_ = env.step(format_calls([ToolCall("list_dir", {"path": "/"})]))
+    assert json.loads(obs.split("\n")[1])["folders"] == ["home"]  # the in-memory tree, not the host's root
+    source = (Path(__file__).resolve().parent.parent / "envs" / "builtin" / "files.py").read_text()
+    assert not re.search(r"\bopen\(|\bimport os\b|\bos\.|pathlib|shutil|subprocess", source)
