@@ -429,3 +429,19 @@ def test_file_tools_stay_inside_their_in_memory_tree(tmp_path):
     assert json.loads(obs.split("\n")[1])["folders"] == ["home"]  # the in-memory tree, not the host's root
     source = (Path(__file__).resolve().parent.parent / "envs" / "builtin" / "files.py").read_text()
     assert not re.search(r"\bopen\(|\bimport os\b|\bos\.|pathlib|shutil|subprocess", source)
+
+
+def test_a_bfcl_call_does_not_change_mpmaths_process_wide_precision():
+    import mpmath
+
+    from envace_gym import ToolCall
+    from envace_gym.envs.bfcl.backend import BFCLBackend
+
+    env = gym.make("EnvACE-BFCL-v0", category="multi_turn_base", split=None)
+    task = next(t for t in env.unwrapped.pool if "MathAPI" in t.metadata.get("involved_classes", []))
+    backend = BFCLBackend(timeout=5)
+    backend.reset(task)
+    before = mpmath.mp.prec
+    result = backend.execute(ToolCall("logarithm", {"value": 10.0, "base": 2.0, "precision": 50}))
+    assert result.ok and len(result.content["result"]) > 40  # the call got its 50 digits
+    assert mpmath.mp.prec == before  # and the process got its precision back

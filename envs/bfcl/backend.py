@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -119,6 +120,21 @@ class BFCLBackend:
 
     # ------------------------------------------------------------------ internals
     def _run(self, call: ToolCall) -> Outcome | None:
+        saved = _mpmath_precision()
+        try:
+            outcome = self._run_call(call)
+            if outcome is not None and outcome.error is None:
+                try:  # rendered while the call's own precision is still in force (an mpf prints with it)
+                    outcome = Outcome(value=to_json(outcome.value))
+                except (TypeError, ValueError):
+                    pass  # execute() reports a result that is not JSON
+            return outcome
+        finally:
+            # BFCL's MathAPI sets mpmath's process-wide precision (logarithm(precision=...)): put it back, so
+            # that no call changes what later calls (or other code in the process) compute.
+            _set_mpmath_precision(saved)
+
+    def _run_call(self, call: ToolCall) -> Outcome | None:
         world = self.world
         if self.timeout is None:
             return world.call(call.name, call.arguments)
@@ -141,6 +157,17 @@ class BFCLBackend:
         self._world = new_world(self._task)
         for call in self._done:
             self._world.call(call.name, call.arguments)
+
+
+def _mpmath_precision() -> int | None:
+    mpmath = sys.modules.get("mpmath")
+    return mpmath.mp.prec if mpmath is not None else None
+
+
+def _set_mpmath_precision(prec: int | None) -> None:
+    mpmath = sys.modules.get("mpmath")
+    if mpmath is not None:
+        mpmath.mp.prec = prec if prec is not None else 53  # mpmath's default (15 digits)
 
 
 def new_world(task: Task) -> BFCLWorld:
