@@ -42,6 +42,8 @@ PATHS = {
     "old": {"rollback": "deepcopy", "fast_validation": False, "inline": False},
     "new": {"rollback": "cow", "fast_validation": True, "inline": True},
     "new-watchdog": {"rollback": "cow", "fast_validation": True, "inline": False},
+    # tool_isolation="process": every call a round trip to the backend's worker process (killable on a hang).
+    "process": {"rollback": "cow", "fast_validation": True, "inline": True, "isolation": "process"},
 }
 
 
@@ -51,8 +53,8 @@ def configure(path: str) -> None:
     tools.FAST_VALIDATION = PATHS[path]["fast_validation"]
 
 
-def make_env(wrapped: bool) -> Any:
-    env = gym.make("EnvACE-ToolCall-v0", split="train")
+def make_env(wrapped: bool, path: str = "new") -> Any:
+    env = gym.make("EnvACE-ToolCall-v0", split="train", tool_isolation=PATHS[path].get("isolation", "thread"))
     return env if wrapped else env.unwrapped
 
 
@@ -74,13 +76,13 @@ def prewarm(env: Any) -> None:
 
 def run(path: str, policy_name: str, args: argparse.Namespace) -> dict[str, Any]:
     configure(path)
-    env = make_env(args.wrapped)
+    env = make_env(args.wrapped, path)
     if args.prewarm:
         prewarm(env)
     policy = make_policy(policy_name, env, args.seed)
     policy.reset()
     obs, info = env.reset(seed=args.seed)
-    steps = episodes = 0
+    steps = episodes = calls = 0
     start = cpu_start = None
     deadline = float("inf")
     total = args.warmup + args.steps
@@ -96,6 +98,7 @@ def run(path: str, policy_name: str, args: argparse.Namespace) -> dict[str, Any]
                 episodes += 1
         if start is not None:
             steps += 1
+            calls += len(info.get("tool_results", ()))
             if steps % 256 == 0 and time.perf_counter() >= deadline:
                 break
     elapsed = time.perf_counter() - (start if start is not None else time.perf_counter())
@@ -107,6 +110,7 @@ def run(path: str, policy_name: str, args: argparse.Namespace) -> dict[str, Any]
         "policy": policy_name,
         "steps": steps,
         "episodes": episodes,
+        "calls": calls,
         "seconds": round(elapsed, 3),
         "steps_per_s": steps / elapsed if elapsed > 0 else 0.0,
         "steps_per_cpu_s": steps / cpu if cpu > 0 else 0.0,
@@ -144,6 +148,11 @@ def main() -> None:
                 "steps_per_cpu_s": round(statistics.median(cpu_rates)),
                 "runs": [round(x) for x in rates],
                 "steps": [r["steps"] for r in runs[(policy_name, path)]],
+                "us_per_call": round(
+                    statistics.median(r["seconds"] / r["calls"] * 1e6 for r in runs[(policy_name, path)] if r["calls"])
+                    if any(r["calls"] for r in runs[(policy_name, path)])
+                    else 0
+                ),
             }
         if "old" in row and "new" in row and row["old"]["steps_per_s"]:
             row["ratio"] = round(row["new"]["steps_per_s"] / row["old"]["steps_per_s"], 1)
@@ -171,6 +180,13 @@ def main() -> None:
         if "ratio" in row:
             line += f"{row['ratio']:>8}x"
         print(line)
+    if "process" in args.paths and "new" in args.paths:
+        for row in table:  # what running the tools in a worker process adds to each call
+            extra = row["process"]["us_per_call"] - row["new"]["us_per_call"]
+            print(
+                f"{row['policy']}: wall time per executed call {row['new']['us_per_call']} us in-process, "
+                f"{row['process']['us_per_call']} us with tool_isolation='process' (+{extra} us per call)"
+            )
 
 
 if __name__ == "__main__":

@@ -67,6 +67,10 @@ class ToolCallEnv(gym.Env[str, str]):
             ``task -> Backend``. Imagined results: wrap the env in :class:`envace_gym.SelfRehearsalEnv`.
         max_turns: assistant messages per episode before truncation (a task's own ``max_turns`` wins).
         tool_timeout: seconds one tool call may run before it becomes a ``TOOL_TIMEOUT`` error.
+        tool_isolation: where the real backend's tools run: ``"thread"`` (in this process; a hung call is
+            abandoned, not stopped; toolkits that declare ``run_inline`` run in the caller's thread) or
+            ``"process"`` (a worker process per backend, killed and rebuilt when a call passes
+            ``tool_timeout``: for untrusted or slow tools; one IPC round trip per call).
         max_action_chars: longer actions are refused with an error observation (and kept in history).
         max_calls_per_step: parallel calls beyond this are refused.
         max_result_chars: each tool result shown to the agent is cut to this length.
@@ -117,6 +121,7 @@ class ToolCallEnv(gym.Env[str, str]):
         backend: BackendSpec = "real",
         max_turns: int = 12,
         tool_timeout: float | None = 5.0,
+        tool_isolation: str = "thread",
         max_action_chars: int = 65_536,
         max_calls_per_step: int = 16,
         max_result_chars: int = 8_192,
@@ -139,8 +144,11 @@ class ToolCallEnv(gym.Env[str, str]):
         self.split = split
         self.pool = self._pool(self.suite, split)
         self.backend_spec = backend
+        if tool_isolation not in ("thread", "process"):
+            raise ValueError(f"tool_isolation must be 'thread' or 'process', got {tool_isolation!r}")
         self.max_turns = max_turns
         self.tool_timeout = tool_timeout
+        self.tool_isolation = tool_isolation
         self.max_action_chars = max_action_chars
         self.max_calls_per_step = max_calls_per_step
         self.max_result_chars = max_result_chars
@@ -319,12 +327,19 @@ class ToolCallEnv(gym.Env[str, str]):
             if spec.kind == "replay":
                 built: Backend = ReplayBackend(spec.target, on_miss="error")
             elif spec.kind == "cache":
-                real = make_backend(task.backend, timeout=self.tool_timeout)
+                real = self._make_real(task.backend)
                 built = ReplayBackend(spec.target, fallback=real, on_miss="fallback", write_back=True)
             else:
-                built = make_backend(task.backend, timeout=self.tool_timeout)
+                built = self._make_real(task.backend)
             self._backends[task.backend] = built
         return self._backends[task.backend]
+
+    def _make_real(self, name: str) -> Backend:
+        if self.tool_isolation == "process":
+            from .backends.isolated import ProcessBackend
+
+            return ProcessBackend(name, timeout=self.tool_timeout or 5.0)
+        return make_backend(name, timeout=self.tool_timeout)
 
     def run_calls(self, calls: list[ToolCall], errors: list[CallError]) -> tuple[str, list[ToolResult]]:
         """Execute one message's calls (after reporting its format ``errors``); returns the observation and

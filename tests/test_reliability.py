@@ -445,3 +445,71 @@ def test_a_bfcl_call_does_not_change_mpmaths_process_wide_precision():
     result = backend.execute(ToolCall("logarithm", {"value": 10.0, "base": 2.0, "precision": 50}))
     assert result.ok and len(result.content["result"]) > 40  # the call got its 50 digits
     assert mpmath.mp.prec == before  # and the process got its precision back
+
+
+# --------------------------------------------------------------------------------- tools in a worker process
+def test_a_hanging_tool_in_a_worker_process_is_killed_and_the_episode_goes_on():
+    """tool_isolation="process": a call past the timeout kills the worker (the hang does not run on), a fresh
+    one is rebuilt with the finished calls replayed, and the state is as before the hung call."""
+    import time
+
+    from kv_domain import kv_task
+
+    from envace_gym import ToolCall, format_calls
+
+    env = gym.make("EnvACE-ToolCall-v0", tasks=[kv_task()], split=None, tool_isolation="process", tool_timeout=1.0)
+    env.reset(seed=0)
+    backend = env.unwrapped.backend
+    env.step(format_calls([ToolCall("put", {"key": "a", "value": 7})]))
+    first = backend._process.pid
+    t0 = time.monotonic()
+    _, _, _, _, info = env.step(format_calls([ToolCall("put_then_hang", {"key": "h", "seconds": 600})]))
+    assert info["errors"][0]["code"] == "TOOL_TIMEOUT" and time.monotonic() - t0 < 60
+    assert backend.restarts == 1 and backend._process.pid != first
+    import os
+
+    with pytest.raises(ProcessLookupError):
+        os.kill(first, 0)  # the hung worker is gone, not running on
+    assert backend.state()["data"] == {"z": 1, "a": 7}  # replayed; the hung call's writes are not there
+    obs, _, _, _, info = env.step(format_calls([ToolCall("get", {"key": "a"})]))
+    assert info["tool_results"][0]["ok"] and '"value": 7' in obs
+    env.close()
+    assert backend._process is None
+
+
+def test_a_tool_that_kills_its_worker_is_an_error_and_the_next_call_works():
+    from kv_domain import KVToolkit, kv_task
+
+    from envace_gym import ToolCall
+    from envace_gym.backends.isolated import ProcessBackend
+
+    backend = ProcessBackend("test/kv", timeout=5)
+    backend.reset(kv_task())
+    assert backend.execute(ToolCall("put", {"key": "a", "value": 1})).ok
+    os_exit = ToolCall("put", {"key": "b", "value": 2})
+    backend._process.kill()  # the worker dies under the call (as a native crash would)
+    backend._process.join(5)
+    result = backend.execute(os_exit)
+    assert not result.ok and result.error.code == ErrorCode.TOOL_EXECUTION_ERROR and "crashed" in result.error.message
+    assert backend.execute(ToolCall("get", {"key": "a"})).content == {"key": "a", "value": 1}
+    assert backend.state_hash() == backend.copy().state_hash()  # a copy is its own worker, at the same state
+    assert [s.name for s in backend.tools] == [s.name for s in KVToolkit.tool_specs()]
+    backend.close()
+
+
+def test_c_level_work_in_a_bfcl_tool_is_bounded_by_the_timeout_in_a_worker_process():
+    """BFCL's power(10, 20000000) runs in C for tens of seconds and ignores a thread's timeout; in a worker
+    process it is killed at the timeout."""
+    import time
+
+    env = gym.make("EnvACE-BFCL-v0", category="multi_turn_base", split=None, tool_isolation="process", tool_timeout=2)
+    task = next(t for t in env.unwrapped.pool if "MathAPI" in t.metadata.get("involved_classes", []))
+    env.reset(options={"task_id": task.id})
+    t0 = time.monotonic()
+    _, _, _, _, info = env.step(
+        '<tool_call>{"name": "power", "arguments": {"base": 10, "exponent": 20000000}}</tool_call>'
+    )
+    assert info["errors"][0]["code"] == "TOOL_TIMEOUT" and time.monotonic() - t0 < 15
+    obs, *_ = env.step('<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>')
+    assert '"result": 5' in obs  # the rebuilt worker answers
+    env.close()

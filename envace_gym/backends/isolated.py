@@ -1,0 +1,186 @@
+"""``ProcessBackend``: a registered backend run in a worker process that is killed when a call hangs.
+
+In-process tools can only be timed out, not stopped: a hung Python tool's thread runs on, and C-level work
+(BFCL's ``power(10, 20000000)``) ignores the timeout altogether. Here the backend named by the task lives in
+a child process; a call that does not answer within ``timeout`` gets the child killed (SIGKILL), a fresh
+child rebuilt from the task with the episode's finished calls replayed (each under the same timeout), and a
+``TOOL_TIMEOUT`` result. A child that dies (a crash in native code, ``os._exit``) is rebuilt the same way
+and the call is a ``TOOL_EXECUTION_ERROR``. Messages are JSON over a pipe (never pickle): the task as
+``Task.to_dict()``, calls and results as JSON.
+
+The cost is one round trip per call (see ``benchmarks/env_step.py --isolation process``) and a process per
+env; the default (``tool_isolation="thread"``) keeps tools in the env's process, right for trusted, fast
+tools such as the builtin toolkits.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..calls import CallError, ErrorCode, ToolCall
+from ..tasks import Task
+from ..tools import ToolSpec
+from .base import ToolResult, validate_call
+
+__all__ = ["ProcessBackend"]
+
+
+def _serve(conn: Connection, name: str) -> None:
+    """The child: builds backend ``name`` (no watchdog: the parent's timeout ends this process) and answers."""
+    from . import make_backend
+
+    backend = make_backend(name, timeout=None)
+    while True:
+        try:
+            message = json.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        op = message["op"]
+        if op == "reset":
+            task = Task.from_dict(message["task"]) if message["task"] is not None else None
+            backend.reset(task, seed=message["seed"])
+            reply: dict[str, Any] = {"tools": [s.to_openai() for s in backend.tools]}
+        elif op == "call":
+            result = backend.execute(ToolCall(message["name"], message["arguments"]))
+            reply = {"content": result.content, "text": result.text}
+            if result.error is not None:
+                reply["error"] = {"code": result.error.code.value, "message": result.error.message}
+        elif op == "state":
+            reply = {"state": backend.state()}
+        elif op == "hash":
+            reply = {"hash": backend.state_hash()}
+        else:
+            reply = {}
+        conn.send_bytes(json.dumps(reply, ensure_ascii=False).encode("utf-8"))
+
+
+class _WorkerGone(Exception):
+    """The child did not answer in time (``timed_out``) or died."""
+
+    def __init__(self, timed_out: bool) -> None:
+        super().__init__("timed out" if timed_out else "died")
+        self.timed_out = timed_out
+
+
+class ProcessBackend:
+    """The registered backend ``name`` (e.g. ``"builtin/bank"``, ``"bfcl/multi_turn"``), run in a child process.
+
+    Args:
+        name: a registered backend name (what a task's ``backend`` field holds).
+        timeout: seconds a call (or a reset) may take before the child is killed and rebuilt.
+    """
+
+    def __init__(self, name: str, timeout: float = 5.0) -> None:
+        if timeout is None or timeout <= 0:
+            raise ValueError(f"ProcessBackend needs a timeout > 0 seconds, got {timeout}")
+        self.name, self.timeout = name, timeout
+        self.task: Task | None = None
+        self.seed: int | None = None
+        self.tools: list[ToolSpec] = []
+        self.call_count = 0
+        self.restarts = 0
+        self._done: list[ToolCall] = []  # calls that finished this episode: replayed into a rebuilt child
+        self._conn: Connection | None = None
+        self._process: Any = None
+
+    # ------------------------------------------------------------------ protocol
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
+        self.task, self.seed, self.call_count, self._done = task, seed, 0, []
+        self._ensure_child()
+        try:
+            reply = self._ask({"op": "reset", "task": task.to_dict() if task is not None else None, "seed": seed})
+        except _WorkerGone as gone:
+            self._stop_child()
+            raise RuntimeError(f"tool worker for {self.name!r} {gone} while resetting to the task") from None
+        self.tools = [ToolSpec.from_openai(t) for t in reply["tools"]]
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        self.call_count += 1
+        error = validate_call(call, {s.name: s for s in self.tools})
+        if error is not None:
+            return ToolResult(call, None, error)
+        try:
+            reply = self._ask({"op": "call", "name": call.name, "arguments": call.arguments})
+        except _WorkerGone as gone:
+            self._rebuild()
+            if gone.timed_out:
+                message = f"{call.name} did not finish within {self.timeout:g}s (its worker process was killed)"
+                return ToolResult.failure(call, ErrorCode.TOOL_TIMEOUT, message)
+            return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, f"{call.name} crashed its worker process")
+        if "error" in reply:
+            err = reply["error"]
+            code = ErrorCode(err["code"]) if err["code"] in ErrorCode.__members__ else ErrorCode.TOOL_EXECUTION_ERROR
+            return ToolResult(call, None, CallError(code, err["message"], call.name))
+        self._done.append(call)
+        return ToolResult(call, reply["content"], text=reply.get("text"))
+
+    def state(self) -> dict[str, Any]:
+        return self._ask({"op": "state"})["state"]
+
+    def state_hash(self) -> str:
+        return self._ask({"op": "hash"})["hash"]
+
+    def copy(self) -> ProcessBackend:
+        """An independent backend at the same point: a new child, reset and replayed to it."""
+        clone = ProcessBackend(self.name, self.timeout)
+        clone.reset(self.task, self.seed)
+        for call in self._done:
+            clone.execute(call)
+        clone.call_count = self.call_count
+        return clone
+
+    def close(self) -> None:
+        self._stop_child()
+
+    def __del__(self) -> None:
+        self._stop_child()
+
+    # ------------------------------------------------------------------ internals
+    def _ensure_child(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            return
+        self._stop_child()
+        parent, child = multiprocessing.Pipe()
+        self._process = multiprocessing.get_context("fork").Process(
+            target=_serve, args=(child, self.name), daemon=True, name=f"envace-tools-{self.name}"
+        )
+        self._process.start()
+        child.close()
+        self._conn = parent
+
+    def _stop_child(self) -> None:
+        process, self._process = getattr(self, "_process", None), None
+        conn, self._conn = getattr(self, "_conn", None), None
+        if conn is not None:
+            conn.close()
+        if process is not None and process.is_alive():
+            process.kill()
+            process.join(5)
+
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self._conn is None:
+            raise _WorkerGone(timed_out=False)
+        try:
+            self._conn.send_bytes(json.dumps(message, ensure_ascii=False).encode("utf-8"))
+            if not self._conn.poll(self.timeout):
+                raise _WorkerGone(timed_out=True)
+            return json.loads(self._conn.recv_bytes())
+        except (EOFError, OSError, BrokenPipeError):
+            raise _WorkerGone(timed_out=False) from None
+
+    def _rebuild(self) -> None:
+        """A fresh child at the episode's last good state: reset, then the finished calls replayed (each under
+        the timeout; a replay that hangs too leaves the backend without a child: later calls are errors)."""
+        self._stop_child()
+        self.restarts += 1
+        done, count = list(self._done), self.call_count
+        try:
+            self.reset(self.task, self.seed)
+            for call in done:
+                self._ask({"op": "call", "name": call.name, "arguments": call.arguments})
+        except (_WorkerGone, RuntimeError):
+            self._stop_child()
+        self._done, self.call_count = done, count
