@@ -14,29 +14,40 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["read_jsonl", "TornLineWarning"]
+__all__ = ["read_jsonl", "TornLineWarning", "MAX_LINE_BYTES"]
 
 
 class TornLineWarning(UserWarning):
     """A JSONL file's last line was cut short (a write a killed run did not finish) and was skipped."""
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+#: The longest line read (bytes): a longer one is an error, not an unbounded allocation.
+MAX_LINE_BYTES = 256 * 1024 * 1024
+
+
+def read_jsonl(path: str | Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` for each non-blank line of ``path``.
 
     A last line with no newline that is not valid JSON is skipped with a :class:`TornLineWarning`; any other
-    line that is not UTF-8 or not JSON raises ``ValueError("file:line: why")`` (a JSON bomb included).
+    line that is not UTF-8 or not JSON raises ``ValueError("file:line: why")`` (a JSON bomb included), and so
+    does a line longer than ``max_line_bytes`` (read no further than that).
     """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: not a file" if path.exists() else f"{path}: no such file")
     with path.open("rb") as fh:
-        lines = iter(fh)
-        raw = next(lines, None)
+
+        def next_line(lineno: int) -> bytes | None:
+            raw = fh.readline(max_line_bytes + 1)
+            if len(raw) > max_line_bytes:
+                raise ValueError(f"{path}:{lineno}: line longer than {max_line_bytes} bytes")
+            return raw or None
+
         lineno = 0
+        raw = next_line(1)
         while raw is not None:
             lineno += 1
-            following = next(lines, None)
+            following = next_line(lineno + 1)
             torn = following is None and not raw.endswith(b"\n")
             try:
                 text = raw.decode("utf-8")
