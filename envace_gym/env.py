@@ -71,6 +71,8 @@ class ToolCallEnv(gym.Env[str, str]):
             abandoned, not stopped; toolkits that declare ``run_inline`` run in the caller's thread) or
             ``"process"`` (a worker process per backend, killed and rebuilt when a call passes
             ``tool_timeout``: for untrusted or slow tools; one IPC round trip per call).
+        tool_memory_mb: with ``tool_isolation="process"``, megabytes a worker may allocate beyond its start
+            (a tool that allocates without bound then gets a ``TOOL_EXECUTION_ERROR``); None: no cap.
         max_action_chars: longer actions are refused with an error observation (and kept in history).
         max_calls_per_step: parallel calls beyond this are refused.
         max_result_chars: each tool result shown to the agent is cut to this length.
@@ -122,6 +124,7 @@ class ToolCallEnv(gym.Env[str, str]):
         max_turns: int = 12,
         tool_timeout: float | None = 5.0,
         tool_isolation: str = "thread",
+        tool_memory_mb: int | None = None,
         max_action_chars: int = 65_536,
         max_calls_per_step: int = 16,
         max_result_chars: int = 8_192,
@@ -149,6 +152,9 @@ class ToolCallEnv(gym.Env[str, str]):
         self.max_turns = max_turns
         self.tool_timeout = tool_timeout
         self.tool_isolation = tool_isolation
+        if tool_memory_mb is not None and tool_isolation != "process":
+            raise ValueError("tool_memory_mb applies to tool_isolation='process' only")
+        self.tool_memory_mb = tool_memory_mb
         self.max_action_chars = max_action_chars
         self.max_calls_per_step = max_calls_per_step
         self.max_result_chars = max_result_chars
@@ -338,7 +344,7 @@ class ToolCallEnv(gym.Env[str, str]):
         if self.tool_isolation == "process":
             from .backends.isolated import ProcessBackend
 
-            return ProcessBackend(name, timeout=self.tool_timeout or 5.0)
+            return ProcessBackend(name, timeout=self.tool_timeout or 5.0, memory_mb=self.tool_memory_mb)
         return make_backend(name, timeout=self.tool_timeout)
 
     def run_calls(self, calls: list[ToolCall], errors: list[CallError]) -> tuple[str, list[ToolResult]]:

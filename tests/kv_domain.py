@@ -58,6 +58,16 @@ class KVToolkit(Toolkit):
         return {"late": True}
 
     @tool
+    def hold_memory(self, megabytes: int) -> dict:
+        """Allocates (and holds) a block of memory.
+
+        Args:
+            megabytes: How much.
+        """
+        self.block = bytearray(megabytes * 1024 * 1024)
+        return {"allocated": megabytes}
+
+    @tool
     def not_json(self) -> dict:
         """Returns something that is not JSON."""
         return {"x": object()}

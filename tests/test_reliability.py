@@ -525,3 +525,19 @@ def test_an_overlong_line_is_an_error_read_no_further_than_the_bound(tmp_path):
     assert [v for _, v in read_jsonl(path, max_line_bytes=6000)][0] == {"a": 1}
     with pytest.raises(ValueError, match=r"big.jsonl:2: line longer than 1000 bytes"):
         list(read_jsonl(path, max_line_bytes=1000))
+
+
+def test_a_tool_that_allocates_without_bound_is_capped_in_its_worker():
+    from kv_domain import kv_task
+
+    from envace_gym import ToolCall, format_calls
+
+    env = gym.make("EnvACE-ToolCall-v0", tasks=[kv_task()], split=None, tool_isolation="process", tool_memory_mb=256)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(format_calls([ToolCall("hold_memory", {"megabytes": 4096})]))
+    assert info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR" and "MemoryError" in info["errors"][0]["message"]
+    _, _, _, _, info = env.step(format_calls([ToolCall("hold_memory", {"megabytes": 16})]))
+    assert info["tool_results"][0]["ok"]  # within the cap it works
+    env.close()
+    with pytest.raises(ValueError, match="tool_isolation='process'"):
+        gym.make("EnvACE-ToolCall-v0", tasks=[kv_task()], split=None, tool_memory_mb=256)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import resource
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -28,10 +29,21 @@ from .base import ToolResult, validate_call
 __all__ = ["ProcessBackend"]
 
 
-def _serve(conn: Connection, name: str) -> None:
+def _limit_memory(extra_mb: int) -> None:
+    """Cap the child's address space at what it maps now plus ``extra_mb``: a tool that allocates without
+    bound gets a MemoryError (a TOOL_EXECUTION_ERROR) instead of taking the machine's memory."""
+    with open("/proc/self/status", encoding="utf-8") as fh:
+        mapped_kb = next(int(line.split()[1]) for line in fh if line.startswith("VmSize:"))
+    limit = (mapped_kb * 1024) + extra_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _serve(conn: Connection, name: str, memory_mb: int | None = None) -> None:
     """The child: builds backend ``name`` (no watchdog: the parent's timeout ends this process) and answers."""
     from . import make_backend
 
+    if memory_mb is not None:
+        _limit_memory(memory_mb)
     backend = make_backend(name, timeout=None)
     while True:
         try:
@@ -71,12 +83,15 @@ class ProcessBackend:
     Args:
         name: a registered backend name (what a task's ``backend`` field holds).
         timeout: seconds a call (or a reset) may take before the child is killed and rebuilt.
+        memory_mb: megabytes the child may allocate beyond what it maps at start (``RLIMIT_AS``); None: no cap.
     """
 
-    def __init__(self, name: str, timeout: float = 5.0) -> None:
+    def __init__(self, name: str, timeout: float = 5.0, memory_mb: int | None = None) -> None:
         if timeout is None or timeout <= 0:
             raise ValueError(f"ProcessBackend needs a timeout > 0 seconds, got {timeout}")
-        self.name, self.timeout = name, timeout
+        if memory_mb is not None and memory_mb <= 0:
+            raise ValueError(f"memory_mb must be > 0, got {memory_mb}")
+        self.name, self.timeout, self.memory_mb = name, timeout, memory_mb
         self.task: Task | None = None
         self.seed: int | None = None
         self.tools: list[ToolSpec] = []
@@ -125,7 +140,7 @@ class ProcessBackend:
 
     def copy(self) -> ProcessBackend:
         """An independent backend at the same point: a new child, reset and replayed to it."""
-        clone = ProcessBackend(self.name, self.timeout)
+        clone = ProcessBackend(self.name, self.timeout, self.memory_mb)
         clone.reset(self.task, self.seed)
         for call in self._done:
             clone.execute(call)
@@ -145,7 +160,7 @@ class ProcessBackend:
         self._stop_child()
         parent, child = multiprocessing.Pipe()
         self._process = multiprocessing.get_context("fork").Process(
-            target=_serve, args=(child, self.name), daemon=True, name=f"envace-tools-{self.name}"
+            target=_serve, args=(child, self.name, self.memory_mb), daemon=True, name=f"envace-tools-{self.name}"
         )
         self._process.start()
         child.close()
