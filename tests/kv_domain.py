@@ -68,6 +68,19 @@ class KVToolkit(Toolkit):
         return {"allocated": megabytes}
 
     @tool
+    def shout(self, text: str) -> dict:
+        """Prints to stdout (from Python and at the file-descriptor level) before answering.
+
+        Args:
+            text: What to print.
+        """
+        import os
+
+        print(text, flush=True)
+        os.write(1, (text + "\n").encode())
+        return {"shouted": True}
+
+    @tool
     def not_json(self) -> dict:
         """Returns something that is not JSON."""
         return {"x": object()}

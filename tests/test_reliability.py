@@ -541,3 +541,17 @@ def test_a_tool_that_allocates_without_bound_is_capped_in_its_worker():
     env.close()
     with pytest.raises(ValueError, match="tool_isolation='process'"):
         gym.make("EnvACE-ToolCall-v0", tasks=[kv_task()], split=None, tool_memory_mb=256)
+
+
+def test_what_a_tool_in_a_worker_prints_never_reaches_stdout(capfd):
+    from kv_domain import kv_task
+
+    from envace_gym import ToolCall, format_calls
+
+    env = gym.make("EnvACE-ToolCall-v0", tasks=[kv_task()], split=None, tool_isolation="process")
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(format_calls([ToolCall("shout", {"text": "TOOL-NOISE-93"})]))
+    env.close()
+    assert info["tool_results"][0]["ok"]
+    out, err = capfd.readouterr()
+    assert "TOOL-NOISE-93" not in out and "TOOL-NOISE-93" in err  # stdout stays the command's (--json) own

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import resource
+import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -42,6 +44,9 @@ def _serve(conn: Connection, name: str, memory_mb: int | None = None) -> None:
     """The child: builds backend ``name`` (no watchdog: the parent's timeout ends this process) and answers."""
     from . import make_backend
 
+    # What tools print goes to stderr: stdout is the parent's (``envace eval --json`` prints its result there).
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     if memory_mb is not None:
         _limit_memory(memory_mb)
     backend = make_backend(name, timeout=None)
