@@ -104,7 +104,8 @@ class ToolCallEnv(gym.Env[str, str]):
     * :meth:`end_episode` ``() -> (reward, components)``: call it from a hook to end the episode early
       (a benchmark's own limit) and score it.
 
-    State a hook may read: ``task``, ``backend``, ``messages`` (the chat so far, OpenAI format),
+    State a hook may read: ``task``, ``backend``, ``parsed`` (the step's :class:`ParsedAction`: hooks reuse
+    it instead of parsing the message again), ``messages`` (the chat so far, OpenAI format),
     ``user_turn`` (index of the current user turn; ``on_answer`` advances it), ``record`` (successful calls
     and per-turn answers, what the builtin bases score), ``steps`` (assistant messages so far).
     """
@@ -176,6 +177,7 @@ class ToolCallEnv(gym.Env[str, str]):
         self.done = True
         self.call_counts = {"ok": 0, "failed": 0}
         self._call_seq = 0
+        self.parsed = ParsedAction("", [], [])
         self.episode_index = -1  # counts resets: lets observers tell episodes apart
         self.scored = True  # False on private rehearsal forks: episodes end unscored
 
@@ -205,6 +207,7 @@ class ToolCallEnv(gym.Env[str, str]):
             raise RuntimeError("the episode is over (or never started): call reset() first")
         self.steps += 1
         parsed, refusal = self._parse(action)
+        self.parsed = parsed  # the step's one parse, for hooks (an over-long action is never parsed)
         text = action if isinstance(action, str) else repr(action)
         calls = parsed.calls[: self.max_calls_per_step]
         # Bounded so that no action can produce an observation outside observation_space.

@@ -555,3 +555,26 @@ def test_what_a_tool_in_a_worker_prints_never_reaches_stdout(capfd):
     assert info["tool_results"][0]["ok"]
     out, err = capfd.readouterr()
     assert "TOOL-NOISE-93" not in out and "TOOL-NOISE-93" in err  # stdout stays the command's (--json) own
+
+
+def test_tau2_parses_a_step_once_and_an_overlong_action_never(monkeypatch):
+    import envace_gym.env as core_env
+    from envace_gym.envs.tau2 import env as tau2_env
+
+    parses = []
+    real = core_env.parse_calls
+
+    def counting(text):
+        parses.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(core_env, "parse_calls", counting)
+    monkeypatch.setattr(tau2_env, "parse_calls", counting)
+    env = gym.make("EnvACE-Tau2-v0", domain="retail", split=None)
+    env.reset(seed=0)
+    parses.clear()
+    env.step("<tool_call>" * 12_000)  # 132 KB, over max_action_chars
+    assert parses == []
+    env.step('<tool_call>{"name": "find_user_id_by_email", "arguments": {"email": "a@b.c"}}</tool_call>')
+    assert len(parses) == 1
+    env.close()

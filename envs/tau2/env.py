@@ -182,14 +182,13 @@ class Tau2Env(ToolCallEnv):
 
     # ------------------------------------------------------------------ agent side
     def run_calls(self, calls: list[ToolCall], errors: list[Any]) -> tuple[str, list[Any]]:
-        assistant = self.messages[-1]
         observation, results = super().run_calls(calls, errors)
         logged = []
         for r in results:
             # Calls our checks refused never reached tau2; an imagined result that was unusable neither.
             if r.ok or (self._real and r.error.code == ErrorCode.TOOL_EXECUTION_ERROR):
                 logged.append(self._logged(r, "assistant"))
-        text = parse_calls(assistant.get("content", "")).content or None
+        text = self.parsed.content or None  # the step's one parse (an over-long action is never parsed)
         self.log.messages.append(LoggedMessage("assistant", text, logged))
         self._errors += len(errors) + sum(1 for r in results if not r.ok)
         return observation, results
