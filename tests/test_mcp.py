@@ -189,3 +189,30 @@ def test_a_server_that_never_answers_is_stopped_after_the_start_timeout():
         time.sleep(0.2)
     assert _processes_with(marker) == [], "the server process was left running"
     assert not any(t.name == "envace-mcp" for t in threading.enumerate()), "the client thread was left running"
+
+
+def test_an_mcp_backend_starts_only_the_configured_command():
+    import os
+
+    def children():
+        out = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                if ppid == os.getpid():
+                    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                        out.append(fh.read().rstrip(b"\0").split(b"\0"))
+            except OSError:
+                continue
+        return out
+
+    before = children()
+    command = [sys.executable, "-m", "envace_gym.envs.builtin.mcp_server", "bank"]
+    backend = MCPBackend(command)
+    backend.reset()
+    try:
+        started = [c for c in children() if c not in before]
+        assert started == [[part.encode() for part in command]]  # that command, nothing else, no shell
+    finally:
+        backend.close()
