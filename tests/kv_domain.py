@@ -81,6 +81,17 @@ class KVToolkit(Toolkit):
         return {"shouted": True}
 
     @tool
+    def mangle(self, items: list) -> dict:
+        """Mutates its own argument, then answers.
+
+        Args:
+            items: Anything.
+        """
+        items.append("mangled")
+        items[0] = None
+        return {"n": len(items)}
+
+    @tool
     def not_json(self) -> dict:
         """Returns something that is not JSON."""
         return {"x": object()}

@@ -578,3 +578,24 @@ def test_tau2_parses_a_step_once_and_an_overlong_action_never(monkeypatch):
     env.step('<tool_call>{"name": "find_user_id_by_email", "arguments": {"email": "a@b.c"}}</tool_call>')
     assert len(parses) == 1
     env.close()
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_tool_that_mutates_its_arguments_leaves_the_call_and_the_transcript_as_written(isolation):
+    from kv_domain import kv_task
+
+    from envace_gym import ToolCall, format_calls
+
+    env = gym.make("EnvACE-ToolCall-v0", tasks=[kv_task()], split=None, tool_isolation=isolation)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(format_calls([ToolCall("mangle", {"items": [1, 2]})]))
+    assert info["tool_results"][0]["ok"] and info["tool_results"][0]["arguments"] == {"items": [1, 2]}
+    call = info["messages"][-2]["tool_calls"][0]["function"]
+    assert json.loads(call["arguments"]) == {"items": [1, 2]}
+    env.close()
+
+
+def test_a_megabyte_of_imagined_text_is_unusable_not_an_observation():
+    huge = json.dumps({"note": "x" * 1_000_000})
+    assert parse_execution_result(f"<execution_result>\n{huge}\n</execution_result>")[0] is None
+    assert parse_inline_result(huge)[0] is None
