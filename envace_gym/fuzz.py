@@ -1,7 +1,7 @@
 """Hostile actions for robustness checks: what a model (or an attacker) may write as an assistant message.
 
 :func:`hostile_actions` draws adversarial messages for an env's tools: deep nesting, huge and non-finite
-numbers, duplicate keys, lone surrogates, NUL bytes, very long strings, thousands of call blocks, Python
+numbers, duplicate keys, lone surrogates, NUL bytes, long and 10 MB strings, thousands of call blocks, Python
 syntax with attributes, lambdas and dunders, unterminated tags, ``<think>`` tricks, wrong argument types,
 and random text. :func:`fuzz_env` plays them through ``env.step`` and counts what went wrong: uncaught
 exceptions, slow steps, invalid actions without an error code, and rejected calls that changed backend state.
@@ -45,6 +45,7 @@ def hostile_actions(rng: random.Random, tools: Sequence[str], max_chars: int = 6
         lambda t: _call(t, '{"memo": "x\\ud800y", "\\udfff": 1}'),
         lambda t: _call(t, '{"memo": "a\\u0000b"}') + "\x00\x00",
         lambda t: _call(t, json.dumps({"memo": "x" * rng.randint(1, big)})),
+        lambda t: _call(t, json.dumps({"memo": "y" * 10_000_000})),  # 10 MB: past any action limit
         lambda t: _call(t, "{}") * rng.randint(17, 3000),
         lambda t: "<tool_call>" * rng.randint(1, 20_000),
         lambda t: "</tool_call>" * rng.randint(1, 5000) + _call(t, "{}"),
