@@ -77,7 +77,9 @@ def test_inline_adds_exactly_the_result_tokens_and_reuses_the_actor_cache(monkey
     # Each env-role call encoded only the tool-message header (and the actor's end-of-turn token, sampled
     # but never fed back): the actor's KV cache was continued.
     header = len(policy.chat.encode("\n<|im_start|>tool\n")) + 1
-    env_calls = [c for c in forced.calls if c["keys"] == ["slot0/ep0"]][1:]  # the first is the actor's first turn
+    key = forced.calls[0]["keys"][0]  # the conversation's engine cache key (its first call is the actor's)
+    assert key.endswith("/slot0/ep0")
+    env_calls = [c for c in forced.calls if c["keys"] == [key]][1:]
     assert [c["prompt_tokens"] for c in env_calls[: len(results)]] == [header] * len(results)
     # The stream decodes to the conversation the env holds.
     rendered = policy.chat.render(

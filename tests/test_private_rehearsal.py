@@ -180,6 +180,7 @@ def test_the_memory_reaches_the_committed_prompt_within_its_token_bound():
     prompt = policy.tokenizer.decode([t for t, r in zip(traj.token_ids, traj.roles, strict=True) if r == "prompt"])
     assert note["text"] in prompt  # the committed episode's prompt holds the memory
     assert note["text"] not in json.dumps(traj.messages)  # and the env never saw it
+    assert not policy.engine._caches  # the nested rehearsal run and the committed one each dropped their own
 
 
 def test_render_memory_drops_the_oldest_rehearsals_first_then_cuts():

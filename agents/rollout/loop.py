@@ -19,6 +19,7 @@ trainer read the same record. :func:`~envace_gym.agents.eval.evaluate.evaluate` 
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -200,6 +201,9 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
 
 
 # ---------------------------------------------------------------------------------------------- the loop
+_RUNS = itertools.count()  # numbers collect() calls, so that their engine cache keys never collide
+
+
 @dataclass
 class _Slot:
     """One env of the batch and the episode it is playing."""
@@ -216,10 +220,12 @@ class _Slot:
     prefix_len: int = 0  # shared system+tools head of the first prompt
     samples: list[EnvRoleSample] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)  # the episode's PolicyNotes, with their place
+    run: int = 0  # which collect() call: a nested one (rehearsal inside a policy's hook) shares the engine
 
     @property
     def key(self) -> str:
-        return f"slot{self.index}/ep{self.episode}"
+        """The engine's KV-cache key of this slot's conversation, unique across concurrent collect() calls."""
+        return f"run{self.run}/slot{self.index}/ep{self.episode}"
 
     def seen(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The conversation as the policy sees it: each note as a system message where it was given."""
@@ -344,8 +350,9 @@ def collect(
     lm = policy if _is_lm(policy) else None
     env_list, remote = _as_env_list(envs)
     actors = [None] * len(env_list) if lm is not None else _text_policies(policy, len(env_list))
+    run = next(_RUNS)
     slots = [
-        _Slot(env, i, actor, rehearsal=env.has_wrapper_attr("set_actor_context"))
+        _Slot(env, i, actor, rehearsal=env.has_wrapper_attr("set_actor_context"), run=run)
         for i, (env, actor) in enumerate(zip(env_list, actors, strict=True))
     ]
     if lm is not None:
