@@ -30,28 +30,9 @@ from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.calls import canonical_json
 from envace_gym.rehearsal import ImagineRequest, SelfRehearsalEnv, parse_execution_result, parse_inline_result
 from envace_gym.rehearsal.batching import BatchingImaginer, step_concurrently
+from envace_gym.rehearsal.fidelity import leaf_f1
 
 __all__ = ["leaf_f1", "FidelityStats", "fidelity_report", "fidelity_table", "plot_fidelity", "save_report"]
-
-
-def _leaves(value: Any, prefix: str = "") -> set[str]:
-    if isinstance(value, dict):
-        return {leaf for k, v in value.items() for leaf in _leaves(v, f"{prefix}/{k}")} or {f"{prefix}={{}}"}
-    if isinstance(value, list):
-        return {leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{prefix}[{i}]")} or {f"{prefix}=[]"}
-    return {f"{prefix}={canonical_json(value)}"}
-
-
-def leaf_f1(predicted: Any, real: Any) -> float:
-    """F1 of the (path, value) leaves of two JSON values; 0.0 when ``predicted`` is None."""
-    if predicted is None:
-        return 0.0
-    p, r = _leaves(predicted), _leaves(real)
-    hits = len(p & r)
-    if not hits:
-        return 0.0
-    precision, recall = hits / len(p), hits / len(r)
-    return 2 * precision * recall / (precision + recall)
 
 
 class _Probe:

@@ -11,7 +11,7 @@ from typing import Any
 from .._registry import Registry
 from .base import Backend, BackendCopyError, ToolResult, replayed_state_hash, state_digest, validate_call
 from .python import PythonBackend, Toolkit, tool
-from .replay import ReplayBackend, ReplayFileError
+from .replay import ReplayBackend, ReplayFileError, ToolLog, log_key
 from .spec import BackendSpec, parse_backend_spec
 
 __all__ = [
@@ -24,6 +24,8 @@ __all__ = [
     "PythonBackend",
     "ReplayBackend",
     "ReplayFileError",
+    "ToolLog",
+    "log_key",
     "Toolkit",
     "tool",
     "validate_call",

@@ -21,14 +21,16 @@ from .base import Backend, ToolResult, replayed_state_hash, state_digest, valida
 if TYPE_CHECKING:
     from ..tasks import Task
 
-__all__ = ["ReplayBackend", "ReplayFileError"]
+__all__ = ["ReplayBackend", "ReplayFileError", "ToolLog", "log_key", "result_from_record"]
 
 
 class ReplayFileError(ValueError):
     """A replay cache line that cannot be read."""
 
 
-def _key(task_id: str, name: str, arguments: dict[str, Any], occurrence: int) -> str:
+def log_key(task_id: str, name: str, arguments: dict[str, Any], occurrence: int) -> str:
+    """The key of a cache entry: the ``occurrence``-th (from 0) call of ``name(arguments)`` in ``task_id``'s
+    episode."""
     # JSON, not joined strings: no task id or tool name can contain a separator that makes two keys collide.
     return canonical_json([task_id, name, arguments, occurrence])
 
@@ -51,6 +53,101 @@ def _record_problem(rec: Any) -> str | None:
         return f"ok must be true or false, got {rec['ok']!r}"
     problem = json_value_problem([rec["arguments"], rec["payload"]])
     return f"the entry holds {problem}" if problem else None
+
+
+def result_from_record(call: ToolCall, rec: dict[str, Any]) -> ToolResult:
+    """The :class:`ToolResult` a log entry recorded for ``call`` (a success, or the error it recorded)."""
+    payload = rec["payload"]
+    if rec.get("ok", True):
+        return ToolResult(call, payload)
+    err = payload.get("error", {}) if isinstance(payload, dict) else {}
+    code = err.get("code", ErrorCode.TOOL_EXECUTION_ERROR.value)
+    return ToolResult(
+        call,
+        None,
+        CallError(
+            ErrorCode(code) if code in ErrorCode.__members__ else ErrorCode.TOOL_EXECUTION_ERROR,
+            err.get("message", ""),
+            call.name,
+        ),
+    )
+
+
+class ToolLog:
+    """A read-only log of real tool results in the replay-cache format (JSON Lines, one entry per line).
+
+    The one reader of that format: :class:`ReplayBackend` replays from it, and imagined training grounds its
+    env role on it (``EnvACEConfig.tool_log``). :meth:`from_reference` writes one from tasks' reference
+    trajectories (their recorded real results), so no live call is needed to build it.
+    """
+
+    def __init__(self, entries: dict[str, dict[str, Any]], path: Path | None = None) -> None:
+        self.entries = entries
+        self.path = path
+
+    @classmethod
+    def load(cls, path: str | Path, missing_ok: bool = False) -> ToolLog:
+        """Read ``path``; a line that is not an entry raises ``ReplayFileError("file:line: why")``; a missing
+        file is an error unless ``missing_ok`` (a recording cache starts empty)."""
+        path = Path(path)
+        entries: dict[str, dict[str, Any]] = {}
+        if not path.exists():
+            if missing_ok:
+                return cls(entries, path)
+            raise ReplayFileError(
+                f"{path}: no such tool log (write one with ToolLog.from_reference, or record one with "
+                "--backend cache:PATH)"
+            )
+        if not path.is_file():
+            raise ReplayFileError(f"{path}: not a file (a replay cache is JSONL, one entry per line)")
+        try:  # a torn last line (a recording run killed mid-write) is skipped with a warning
+            for lineno, rec in read_jsonl(path):
+                problem = _record_problem(rec)
+                if problem is not None:
+                    raise ReplayFileError(f"{path}:{lineno}: not a replay entry ({problem})")
+                entries[log_key(rec["task_id"], rec["name"], rec["arguments"], rec["occurrence"])] = rec
+        except ReplayFileError:
+            raise
+        except ValueError as exc:
+            raise ReplayFileError(str(exc)) from None
+        return cls(entries, path)
+
+    @staticmethod
+    def from_reference(tasks: Sequence[Task], path: str | Path) -> ToolLog:
+        """Write the reference trajectories' calls and real results of ``tasks`` to ``path`` and return the log
+        (occurrences counted per task, in reference order)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entries: dict[str, dict[str, Any]] = {}
+        with path.open("w", encoding="utf-8") as fh:
+            for task in tasks:
+                seen: dict[str, int] = {}
+                for ref in task.reference_calls:
+                    base = canonical_json([ref.name, ref.arguments])
+                    occurrence = seen.get(base, 0)
+                    seen[base] = occurrence + 1
+                    rec = {
+                        "task_id": task.id,
+                        "name": ref.name,
+                        "arguments": ref.arguments,
+                        "occurrence": occurrence,
+                        "ok": True,
+                        "payload": ref.result,
+                    }
+                    entries[log_key(task.id, ref.name, ref.arguments, occurrence)] = rec
+                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        return ToolLog(entries, path)
+
+    def get(self, task_id: str, name: str, arguments: dict[str, Any], occurrence: int) -> dict[str, Any] | None:
+        """The entry for that call, or None."""
+        return self.entries.get(log_key(task_id, name, arguments, occurrence))
+
+    @property
+    def task_ids(self) -> set[str]:
+        return {rec["task_id"] for rec in self.entries.values()}
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
 class ReplayBackend:
@@ -84,24 +181,10 @@ class ReplayBackend:
 
     def _load(self) -> dict[str, dict[str, Any]]:
         """The cache's entries; a line that is not one raises ``ReplayFileError("file:line: why")``."""
-        entries: dict[str, dict[str, Any]] = {}
-        if not self.path.exists():
-            return entries
-        if not self.path.is_file():
-            raise ReplayFileError(f"{self.path}: not a file (a replay cache is JSONL, one entry per line)")
-        if self.write_back and self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n"):
-            self._heal_torn_end()
-        try:  # a torn last line (a recording run killed mid-write) is skipped with a warning
-            for lineno, rec in read_jsonl(self.path):
-                problem = _record_problem(rec)
-                if problem is not None:
-                    raise ReplayFileError(f"{self.path}:{lineno}: not a replay entry ({problem})")
-                entries[_key(rec["task_id"], rec["name"], rec["arguments"], rec["occurrence"])] = rec
-        except ReplayFileError:
-            raise
-        except ValueError as exc:
-            raise ReplayFileError(str(exc)) from None
-        return entries
+        if self.write_back and self.path.is_file() and self.path.stat().st_size:
+            if not self.path.read_bytes().endswith(b"\n"):
+                self._heal_torn_end()
+        return ToolLog.load(self.path, missing_ok=True).entries
 
     def _heal_torn_end(self) -> None:
         """Cut a torn last line off a cache this backend will append to (else the next entry would be glued
@@ -127,11 +210,11 @@ class ReplayBackend:
         base = canonical_json([call.name, call.arguments])
         occurrence = self._seen.get(base, 0)
         self._seen[base] = occurrence + 1
-        key = _key(task_id, call.name, call.arguments, occurrence)
+        key = log_key(task_id, call.name, call.arguments, occurrence)
         rec = self.entries.get(key)
         if rec is not None:
             self.hits += 1
-            result = self._from_record(call, rec)
+            result = result_from_record(call, rec)
             if self.fallback is not None:  # keep the chained backend's state in step
                 self.fallback.execute(call)
         else:
@@ -149,22 +232,6 @@ class ReplayBackend:
             self._ok_calls.append(call)
         return result
 
-    def _from_record(self, call: ToolCall, rec: dict[str, Any]) -> ToolResult:
-        payload = rec["payload"]
-        if rec.get("ok", True):
-            return ToolResult(call, payload)
-        err = payload.get("error", {}) if isinstance(payload, dict) else {}
-        code = err.get("code", ErrorCode.TOOL_EXECUTION_ERROR.value)
-        return ToolResult(
-            call,
-            None,
-            CallError(
-                ErrorCode(code) if code in ErrorCode.__members__ else ErrorCode.TOOL_EXECUTION_ERROR,
-                err.get("message", ""),
-                call.name,
-            ),
-        )
-
     def _append(self, task_id: str, call: ToolCall, occurrence: int, result: ToolResult) -> None:
         rec = {
             "task_id": task_id,
@@ -174,7 +241,7 @@ class ReplayBackend:
             "ok": result.ok,
             "payload": result.payload(),
         }
-        self.entries[_key(task_id, call.name, call.arguments, occurrence)] = rec
+        self.entries[log_key(task_id, call.name, call.arguments, occurrence)] = rec
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")

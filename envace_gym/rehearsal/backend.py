@@ -10,9 +10,11 @@ from typing import Any
 
 from ..backends import make_backend
 from ..backends.base import Backend, ToolResult, replayed_state_hash, state_digest, validate_call
-from ..calls import ErrorCode, ToolCall
+from ..backends.replay import ToolLog, result_from_record
+from ..calls import ErrorCode, ToolCall, canonical_json
 from ..tasks import Task
 from ..tools import ToolSpec
+from .fidelity import result_fidelity
 from .prompt import (
     GROUNDINGS,
     build_simulator_prompt,
@@ -56,6 +58,12 @@ class ImaginedBackend:
         real_fraction: grounded imagination: a shadow real backend runs every call that passes the checks
             (so its state follows the episode), and this share of the env-role samples, drawn at random, get
             the real result as ``sample.target``. What the actor sees is always the imagined result.
+            (Live grounding: each shadow call is a live tool call.)
+        log: grounding from a recorded :class:`~envace_gym.backends.ToolLog` instead of live calls: an imagined
+            call whose (task, tool, arguments, occurrence) the log holds gets ``sample.fidelity`` and
+            ``sample.exact`` against the logged result and, with ``log_targets``, the logged result as
+            ``sample.target``; a call outside the log gets neither. The actor still sees the imagined result.
+        log_targets: give logged calls a supervised target (``sample.target``).
     """
 
     def __init__(
@@ -67,6 +75,8 @@ class ImaginedBackend:
         real_backend: Callable[[Task], Backend] | None = None,
         end_on_failure: bool = True,
         real_fraction: float = 0.0,
+        log: ToolLog | None = None,
+        log_targets: bool = True,
     ) -> None:
         if not 0.0 <= real_fraction <= 1.0:
             raise ValueError(f"real_fraction must be in [0, 1], got {real_fraction}")
@@ -81,6 +91,9 @@ class ImaginedBackend:
         self.real_backend = real_backend or (lambda task: make_backend(task.backend, timeout=None))
         self.end_on_failure = end_on_failure
         self.real_fraction = real_fraction
+        self.log = log
+        self.log_targets = log_targets
+        self._occurrences: dict[str, int] = {}  # (tool, arguments) -> calls so far: the log's occurrence key
         self.context: ActorContext | None = None  # inline mode: the actor's exact context, when known
         self.task: Task | None = None
         self.tools: list[ToolSpec] = []
@@ -98,6 +111,7 @@ class ImaginedBackend:
         self.context = None
         self._messages = []
         self._ok_calls = []
+        self._occurrences = {}
         self._shadow = None
         if task is not None and self.real_fraction > 0:
             self._shadow = self.real_backend(task)
@@ -135,7 +149,8 @@ class ImaginedBackend:
             valid=reason is None,
             error=reason,
         )
-        self._ground(call, sample, getattr(gen, "stop_text", "") or "")
+        stop_text = getattr(gen, "stop_text", "") or ""
+        self._ground(call, sample, value if reason is None else None, stop_text)
         if self.mode == "inline":
             # What the rollout engine needs to splice the result's tokens into the actor's stream.
             sample.prompt_text = getattr(gen, "prompt_text", "") or ""
@@ -166,6 +181,7 @@ class ImaginedBackend:
         """An independent backend at this point of the episode (the same imaginer answers both)."""
         clone = copy.copy(self)
         clone._ok_calls = list(self._ok_calls)
+        clone._occurrences = dict(self._occurrences)
         clone.context = None
         clone._shadow = self._shadow.copy() if self._shadow is not None else None
         clone._grounding_rng = random.Random()
@@ -173,13 +189,28 @@ class ImaginedBackend:
         return clone
 
     # ------------------------------------------------------------------ internals
-    def _ground(self, call: ToolCall, sample: EnvRoleSample, stop_text: str) -> None:
-        """Grounded imagination: run ``call`` on the shadow real backend; maybe keep its result as the target
-        (written as the env role should have written it, ending as its generation ended: ``stop_text``)."""
-        if self._shadow is None:
+    def _ground(self, call: ToolCall, sample: EnvRoleSample, value: Any, stop_text: str) -> None:
+        """Compare the imagined ``value`` (None: unusable) with the real result where one is known, live (the
+        shadow backend of grounded imagination) or logged (``log``): ``sample.exact``/``sample.fidelity``, and
+        maybe the real result as ``sample.target`` (written as the env role should have written it, ending as
+        its generation ended: ``stop_text``)."""
+        base = canonical_json([call.name, call.arguments])
+        occurrence = self._occurrences.get(base, 0)
+        self._occurrences[base] = occurrence + 1
+        real = None
+        keep = False
+        if self._shadow is not None:
+            real = self._shadow.execute(call)
+            keep = self._grounding_rng.random() < self.real_fraction
+        elif self.log is not None and self.task is not None:
+            rec = self.log.get(self.task.id, call.name, call.arguments, occurrence)
+            if rec is not None:
+                real = result_from_record(call, rec)
+                keep = self.log_targets
+        if real is None:
             return
-        real = self._shadow.execute(call)
-        if self._grounding_rng.random() < self.real_fraction:
+        sample.exact, sample.fidelity = result_fidelity(value, real.payload())
+        if keep:
             inline = self.mode == "inline"
             answer = real.to_message_content() if inline else format_execution_result(real.payload())
             sample.target = answer + stop_text

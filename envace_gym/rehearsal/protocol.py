@@ -49,7 +49,8 @@ class EnvRoleSample:
     tool-message header), ``completion_ids``/``logprobs`` what it generated. ``valid`` is False when the
     answer was unusable (``error`` says why). ``prompt_text``/``completion_text`` (inline mode) let the
     rollout engine splice the answer into the actor's token stream. ``target`` (grounded imagination) is
-    what the env role should have answered, from the real backend, when this call was also run for real.
+    what the env role should have answered, from the real backend or a tool log, when the real result is
+    known; ``exact``/``fidelity`` compare the answer with that result (None: not known).
     """
 
     prompt_ids: list[int]
@@ -62,6 +63,8 @@ class EnvRoleSample:
     prompt_text: str = ""
     completion_text: str = ""
     target: str | None = None
+    exact: bool | None = None  # equal to the real result, where one is known (live or logged)
+    fidelity: float | None = None  # 1.0 if exact, else key/value F1 against the real result; None: unknown
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

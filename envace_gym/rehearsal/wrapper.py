@@ -9,6 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from ..backends.replay import ToolLog
 from ..calls import ToolCall
 from .backend import ActorContext, ImaginedBackend
 from .prompt import format_execution_result
@@ -34,6 +35,7 @@ class SelfRehearsalEnv(gym.Wrapper):
             ``"error_observation"`` (the agent sees a ``TOOL_EXECUTION_ERROR`` and goes on).
         real_fraction: grounded imagination (see :class:`ImaginedBackend`): this share of the env-role samples
             carries the real backend's answer as ``sample.target``; the actor still sees the imagined one.
+        log, log_targets: grounding from a recorded tool log, with no live call (see :class:`ImaginedBackend`).
 
     The wrapper configures and never patches: it owns an :class:`ImaginedBackend` and gives it to the env
     for each episode through ``reset(options={"backend": ...})``; the wrapped env's own configuration is
@@ -51,6 +53,8 @@ class SelfRehearsalEnv(gym.Wrapper):
         on_invalid: str = "end",
         max_result_chars: int = 16_384,
         real_fraction: float = 0.0,
+        log: ToolLog | None = None,
+        log_targets: bool = True,
     ) -> None:
         super().__init__(env)
         if on_invalid not in ON_INVALID:
@@ -68,6 +72,8 @@ class SelfRehearsalEnv(gym.Wrapper):
             real_backend=base.real_backend_for,
             end_on_failure=on_invalid == "end",
             real_fraction=real_fraction,
+            log=log,
+            log_targets=log_targets,
         )
 
     @property
