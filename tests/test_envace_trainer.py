@@ -210,3 +210,26 @@ def test_demo_runs_the_envace_story_end_to_end_on_the_tiny_model(tmp_path):
         assert (run / name).exists(), name
     transcript = (run / "transcript.md").read_text()
     assert "One imagined episode" in transcript and "One real episode" in transcript
+
+
+def test_log_grounded_training_supervises_logged_calls_and_reports_env_role_fidelity(toy):
+    """--tool-log reference: the toy's reference call is in the log, so the env role's answer to it gets a
+    grounding row and a fidelity score; the per-role settings are accepted and the weights move. (The actor is
+    the oracle, so that its calls are the logged ones; the env role is the LM.)"""
+    make, start, task = toy
+    policy = _fresh(start)
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    cfg = _config(backend="self", tool_log="reference", env_role_reward="mix", env_role_coef=0.5, steps=1)
+    cfg = dataclasses.replace(cfg, group_size=4, env_role_kl_coef=0.1, on_invalid="error_observation")
+    trainer = EnvACETrainer(policy, make, cfg, progress=False)
+    assert len(trainer.tool_log) == len(task.reference_calls)
+    oracles = [OraclePolicy(make().unwrapped.suite) for _ in trainer.envs]
+    trajs = collect(trainer.envs, oracles, 4, task_ids=[task.id] * 4, progress=False)
+    samples = trainer.samples(trajs, ["g"] * 4, [t.reward for t in trajs])
+    stats = trainer.update(samples)
+    record = trainer._metrics(1, trajs, [t.reward for t in trajs], samples, stats, 1.0, 1.0)
+    assert record["n_env_role_known"] == 4 and record["n_grounded"] == 4  # one logged call per episode
+    assert 0.0 <= record["fidelity_env_role"] <= 1.0 and record["exact_env_role"] is not None
+    assert record["result_shaped_actor"] == 0.0  # the oracle writes calls and answers only
+    assert stats["grounding_loss"] > 0
+    assert any(not torch.equal(before[k], v) for k, v in policy.model.state_dict().items())

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BACKENDS", "REWARDS", "SCALE_REWARDS", "EnvACEConfig", "config_to_toml", "load_config"]
+__all__ = ["BACKENDS", "ENV_ROLE_REWARDS", "REWARDS", "SCALE_REWARDS", "EnvACEConfig", "config_to_toml", "load_config"]
 
 BACKENDS = ("self", "self-inline", "real", "simulator")
 REWARDS = ("env", "checklist")
 SCALE_REWARDS = ("none", "group")
+ENV_ROLE_REWARDS = ("task", "fidelity", "mix")
 
 
 @dataclass
@@ -53,6 +54,40 @@ class EnvACEConfig:
     grounding: str = field(
         default="reference",
         metadata={"help": "few-shot examples in the simulator prompt: reference (from the task) or none"},
+    )
+    tool_log: str | None = field(
+        default=None,
+        metadata={
+            "help": "ground the env role on a recorded tool log, with no live call: 'reference' (written from the "
+            "train split's reference trajectories to OUT/tool_log.jsonl) or a replay-cache JSONL recorded on the "
+            "train split (e.g. with --backend cache:PATH); an imagined call the log holds gets a fidelity score "
+            "and, with --log-targets, a supervised target; a log holding a test-split task is refused"
+        },
+    )
+    log_targets: bool = field(
+        default=True, metadata={"help": "with --tool-log: the logged result is a supervised env-role target"}
+    )
+    env_role_reward: str = field(
+        default="task",
+        metadata={
+            "help": "reward of env-role rows: task (the trajectory's reward, the paper's), fidelity (1 for an "
+            "exact match with the known real result, else key/value F1; rows with no known result keep the task "
+            "reward in a group of their own) or mix (the mean of the two where the result is known)"
+        },
+    )
+    env_role_coef: float = field(
+        default=1.0, metadata={"help": "weight of the env-role rows' policy-gradient loss (the actor's is 1)"}
+    )
+    env_role_kl_coef: float = field(
+        default=0.0,
+        metadata={"help": "KL penalty to the starting policy on env-role rows only (low_var_kl; beside --kl-coef)"},
+    )
+    on_invalid: str = field(
+        default="end",
+        metadata={
+            "help": "an unusable env-role answer: end (the episode ends with reward 0, the paper's rule) or "
+            "error_observation (the actor sees a TOOL_EXECUTION_ERROR and goes on)"
+        },
     )
     reward: str = field(
         default="env",
@@ -115,6 +150,8 @@ class EnvACEConfig:
             "reward": REWARDS,
             "scale_rewards": SCALE_REWARDS,
             "grounding": ("reference", "none"),
+            "env_role_reward": ENV_ROLE_REWARDS,
+            "on_invalid": ("end", "error_observation"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -136,6 +173,8 @@ class EnvACEConfig:
             "micro_batch_tokens": self.micro_batch_tokens >= 16,
             "real_fraction": 0.0 <= self.real_fraction <= 1.0,
             "grounding_coef": self.grounding_coef >= 0,
+            "env_role_coef": self.env_role_coef >= 0,
+            "env_role_kl_coef": self.env_role_kl_coef >= 0,
             "temperature": self.temperature > 0,
             "top_p": 0 < self.top_p <= 1,
             "max_new_tokens": self.max_new_tokens >= 1,
@@ -161,6 +200,12 @@ class EnvACEConfig:
         if self.real_fraction > 0 and self.backend not in ("self", "self-inline"):
             raise ValueError(
                 "--real-fraction grounds the policy's own imagination: it needs --backend self|self-inline"
+            )
+        if self.tool_log and self.backend not in ("self", "self-inline"):
+            raise ValueError("--tool-log grounds the policy's own imagination: it needs --backend self|self-inline")
+        if self.env_role_reward != "task" and not (self.tool_log or self.real_fraction > 0):
+            raise ValueError(
+                f"--env-role-reward {self.env_role_reward} needs known real results: --tool-log or --real-fraction"
             )
         if self.simulator and self.backend != "simulator":
             raise ValueError("--simulator is only used with --backend simulator")

@@ -35,8 +35,10 @@ from tqdm.auto import tqdm
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.rollout import Trajectory, collect, save_trajectories
+from envace_gym.backends import ToolLog
 from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal import SelfRehearsalEnv
+from envace_gym.rehearsal.prompt import is_result_shaped
 
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import EnvACEConfig, config_to_toml
@@ -152,7 +154,7 @@ class EnvACETrainer:
         self.device = next(self.model.parameters()).device
         auto = bf16_supported() if self.device.type == "cpu" else torch.cuda.is_bf16_supported()
         self.use_bf16 = auto if cfg.bf16 == "auto" else bool(cfg.bf16)
-        self.ref_model = _frozen(policy.model) if cfg.kl_coef > 0 else None
+        self.ref_model = _frozen(policy.model) if cfg.kl_coef > 0 or cfg.env_role_kl_coef > 0 else None
         self.simulator = None
         if cfg.backend == "simulator":
             self.simulator = simulator or LMPolicy(
@@ -170,6 +172,7 @@ class EnvACETrainer:
         probe = env_factory()
         self.pool = list(probe.unwrapped.pool)
         self.tasks = {t.id: t for t in self.pool}
+        self.tool_log = self._load_tool_log(probe.unwrapped.suite) if cfg.tool_log else None
         probe.close()
         if not self.pool:
             raise ValueError("env_factory's env has no tasks to train on")
@@ -193,10 +196,40 @@ class EnvACETrainer:
         if cfg.imagined:
             mode = "inline" if cfg.backend == "self-inline" else "prompted"
             imaginer = self.env_role(env) if self.env_role is not None else self.policy
-            return SelfRehearsalEnv(env, imaginer, mode=mode, grounding=cfg.grounding, real_fraction=cfg.real_fraction)
+            return SelfRehearsalEnv(
+                env,
+                imaginer,
+                mode=mode,
+                grounding=cfg.grounding,
+                on_invalid=cfg.on_invalid,
+                real_fraction=cfg.real_fraction,
+                log=self.tool_log,
+                log_targets=cfg.log_targets,
+            )
         if cfg.backend == "simulator":
             return SelfRehearsalEnv(env, self.simulator, grounding=cfg.grounding)
         return env
+
+    def _load_tool_log(self, suite: Any) -> ToolLog:
+        """The env role's grounding log (``--tool-log``): written from the train pool's reference trajectories
+        (``reference``), or read from a file, which must hold no task of the test split."""
+        if self.cfg.tool_log == "reference":
+            if self.out is not None:
+                path = self.out / "tool_log.jsonl"
+            else:
+                import tempfile
+
+                path = Path(tempfile.mkdtemp(prefix="envace-log-")) / "tool_log.jsonl"
+            return ToolLog.from_reference(self.pool, path)
+        log = ToolLog.load(self.cfg.tool_log)
+        test_ids = {t.id for t in suite if t.split == "test"}
+        leaked = sorted(log.task_ids & test_ids)
+        if leaked:
+            raise ValueError(
+                f"{self.cfg.tool_log}: the tool log holds {len(leaked)} test-split task(s) (e.g. {leaked[0]!r}); "
+                "a log used for training must be recorded on the train split"
+            )
+        return log
 
     def _resume(self) -> None:
         if self.out is None:
@@ -277,7 +310,8 @@ class EnvACETrainer:
             rewards,
             train_env_role=self.cfg.trains_env_role,
             invalid_penalty=self.cfg.invalid_penalty,
-            encode_target=encode_target if self.cfg.real_fraction > 0 else None,
+            encode_target=encode_target if self.cfg.real_fraction > 0 or self.cfg.tool_log else None,
+            env_role_reward=self.cfg.env_role_reward,
         )
         compute_advantages(samples, self.cfg.scale_rewards)
         return samples
@@ -290,8 +324,10 @@ class EnvACETrainer:
         # Token-mean over the whole step (all ranks): micro-batching and sharding leave the gradient unchanged.
         n_rl = self.dist.sum(sum(s.tokens for s in rl))
         n_ground = self.dist.sum(sum(s.tokens for s in ground))
+        weight = {"actor": 1.0, "env_role": cfg.env_role_coef}
+        kl_coef = {"actor": cfg.kl_coef, "env_role": cfg.env_role_kl_coef}
         # Rows with advantage 0 add nothing to the policy gradient; without KL they need no forward pass.
-        active = [s for s in rl if s.advantage != 0.0 or self.ref_model is not None]
+        active = [s for s in rl if (s.advantage != 0.0 and weight[s.role] > 0) or kl_coef[s.role] > 0]
         self.model.train()
         stats = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "grounding_loss": 0.0, "grad_norm": 0.0}
         pad = self.policy.engine.pad_id
@@ -300,6 +336,7 @@ class EnvACETrainer:
             clipped = 0.0
             for rows in micro_batches(active, cfg.micro_batch_tokens, cfg.detach_prompt):
                 batch = collate(rows, pad, cfg.detach_prompt)
+                role = rows[0].role  # a micro-batch holds one group, so one role
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16):
                     parts = sample_loss(
                         self.model,
@@ -308,9 +345,9 @@ class EnvACETrainer:
                         clip_high=cfg.clip_high,
                         dual_clip=cfg.dual_clip,
                         temperature=cfg.temperature,
-                        ref_model=self.ref_model,
+                        ref_model=self.ref_model if kl_coef[role] > 0 else None,
                     )
-                loss = (parts.pg + cfg.kl_coef * parts.kl) / max(n_rl, 1.0)
+                loss = (weight[role] * parts.pg + kl_coef[role] * parts.kl) / max(n_rl, 1.0)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"EnvACE loss became {loss.item()}; lower --lr")
                 loss.backward()
@@ -331,6 +368,7 @@ class EnvACETrainer:
         self.scheduler.step()
         for key in ("pg_loss", "kl", "grounding_loss"):
             stats[key] = self.dist.sum(stats[key]) / cfg.ppo_epochs
+        # pg_loss and kl are reported unweighted; loss is what was minimised only when no role weight is set.
         stats["loss"] = stats["pg_loss"] + cfg.kl_coef * stats["kl"] + cfg.grounding_coef * stats["grounding_loss"]
         self.policy.engine.clear()  # its caches hold keys and values of the old weights
         if hasattr(self.policy.engine, "sync_weights"):  # e.g. a vLLM engine: push the new weights
@@ -417,6 +455,10 @@ class EnvACETrainer:
             "env_role_tokens": sum(len(s.completion_ids) for s, _ in env_samples),
             "env_role_rewards": [r for _, r in env_samples],
             "env_role_valid": [float(s.valid) for s, _ in env_samples],
+            "env_role_exact": [float(s.exact) for s, _ in env_samples if s.exact is not None],
+            "env_role_fidelity": [s.fidelity for s, _ in env_samples if s.fidelity is not None],
+            "actor_turns": sum(1 for t in trajs for m in t.messages if m.get("role") == "assistant"),
+            "result_shaped": sum(1 for t in trajs for m in t.messages if is_result_shaped(m)),
             "grounded": sum(1 for s in samples if s.role == "grounding"),
             "trained_rows": sum(1 for s in samples if s.role != "grounding" and s.advantage != 0.0),
         }
@@ -434,6 +476,11 @@ class EnvACETrainer:
             "success_actor": mean(merged["success"]),
             "reward_env_role": mean(merged["env_role_rewards"]),
             "valid_env_role": mean(merged["env_role_valid"]),
+            # against the real result, where one is known (--tool-log, --real-fraction)
+            "exact_env_role": mean(merged["env_role_exact"]),
+            "fidelity_env_role": mean(merged["env_role_fidelity"]),
+            "n_env_role_known": len(merged["env_role_fidelity"]),
+            "result_shaped_actor": merged["result_shaped"] / merged["actor_turns"] if merged["actor_turns"] else None,
             "n_actor": len(merged["rewards"]),
             "n_env_role": len(merged["env_role_valid"]),
             "n_grounded": merged["grounded"],

@@ -23,11 +23,13 @@ from typing import Any
 
 import torch
 
+from .config import ENV_ROLE_REWARDS
 from .logprobs import token_logprobs
 
 __all__ = [
     "Sample",
     "build_samples",
+    "env_role_row_reward",
     "compute_advantages",
     "micro_batches",
     "collate",
@@ -65,6 +67,7 @@ def build_samples(
     train_env_role: bool = True,
     invalid_penalty: float = 0.1,
     encode_target: Callable[[str], list[int]] | None = None,
+    env_role_reward: str = "task",
 ) -> list[Sample]:
     """The training rows of a step's trajectories.
 
@@ -77,6 +80,9 @@ def build_samples(
             the env rejected (malformed, unknown tool, bad arguments), an env-role answer that did not parse.
         encode_target: text -> token ids of a grounding target (with ``train_env_role``: a grounding row for
             every env-role sample that carries ``target``).
+        env_role_reward: what an env-role row is rewarded with: ``"task"`` (the trajectory's reward),
+            ``"fidelity"`` (``sample.fidelity`` where the real result is known, in a GRPO group of its own;
+            rows with no known result keep the task reward) or ``"mix"`` (the mean of the two where known).
     """
     out: list[Sample] = []
     for traj, group, reward in zip(trajectories, groups, rewards, strict=True):
@@ -100,14 +106,15 @@ def build_samples(
         for s in traj.env_role_samples:
             if s.completion_ids and s.prompt_ids:
                 n = len(s.prompt_ids)
+                row_group, row_reward = env_role_row_reward(s, group, reward, env_role_reward)
                 out.append(
                     Sample(
-                        f"{group}/env_role",
+                        row_group,
                         "env_role",
                         list(s.prompt_ids) + list(s.completion_ids),
                         [0] * n + [1] * len(s.completion_ids),
                         [0.0] * n + list(s.logprobs),
-                        reward - (0.0 if s.valid else invalid_penalty),
+                        row_reward - (0.0 if s.valid else invalid_penalty),
                         s.valid,
                         meta={"task_id": traj.task_id, "tool": s.tool},
                     )
@@ -127,6 +134,19 @@ def build_samples(
                     )
                 )
     return out
+
+
+def env_role_row_reward(sample: Any, group: str, task_reward: float, mode: str) -> tuple[str, float]:
+    """The GRPO group and reward of one env-role row under ``mode`` (see :func:`build_samples`)."""
+    if mode not in ENV_ROLE_REWARDS:
+        raise ValueError(f"env_role_reward must be one of {ENV_ROLE_REWARDS}, got {mode!r}")
+    fidelity = getattr(sample, "fidelity", None)
+    if mode == "task" or fidelity is None:
+        return f"{group}/env_role", task_reward
+    if mode == "fidelity":
+        # Its own group: a fidelity score and a task reward are not on one scale to centre together.
+        return f"{group}/env_role_fidelity", float(fidelity)
+    return f"{group}/env_role", 0.5 * (task_reward + float(fidelity))
 
 
 def compute_advantages(samples: Sequence[Sample], scale_rewards: str = "none") -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "parse_execution_result",
     "parse_inline_result",
     "format_execution_result",
+    "is_result_shaped",
 ]
 
 SIMULATOR_SYSTEM_PROMPT = (
@@ -107,3 +108,17 @@ def _json_result(body: str, max_chars: int, what: str) -> tuple[Any, str | None]
 def format_execution_result(value: Any) -> str:
     """The answer format the env role must produce."""
     return f"<execution_result>\n{json.dumps(value, ensure_ascii=False)}\n</execution_result>"
+
+
+# An optional tag or two (``<success>``, ``<tool_response>``...), then a JSON object or array.
+_RESULT_SHAPED = re.compile(r"^\s*(?:<[A-Za-z_]+>\s*)*[\[{]")
+
+
+def is_result_shaped(message: dict[str, Any]) -> bool:
+    """An assistant message that holds neither a call nor an answer but a tool result the actor wrote itself
+    (``<execution_result>...``, ``<success>{...}``, bare JSON): the role confusion a joint warm start of actor
+    and env role can cause. Messages with tool calls are never result-shaped."""
+    if message.get("role") != "assistant" or message.get("tool_calls"):
+        return False
+    text = strip_reasoning(str(message.get("content") or ""))
+    return "<execution_result>" in text or bool(_RESULT_SHAPED.match(text))
