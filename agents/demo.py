@@ -1,14 +1,21 @@
-"""``envace demo`` (what ``make demo`` runs): the EnvACE story on the embedded model, in minutes on a CPU.
+"""``envace demo`` (what ``make demo`` runs): training under imagination, on the embedded model, on a CPU.
 
-1. warm-start the model for a few minutes on the train split's reference trajectories (both roles: the
-   embedded model earns no reward and imagines nothing usable zero-shot);
-2. evaluate it on builtin test tasks with the real backends, and measure its env role's fidelity;
-3. train it by EnvACE under imagination (``backend="self"``: every tool result of training is imagined by
-   the model itself, both roles trained by role-wise GRPO);
-4. evaluate and measure fidelity again, on the same tasks;
-5. write ``runs/demo-<time>/``: trajectories (JSONL), metrics (JSON), a before/after plot, the learning
-   curve, a transcript of one imagined (training) and one real (evaluation) episode, the checkpoints, and
-   print a before/after table by domain.
+The learning benchmark's imagination-only recipe (:mod:`envace_gym.agents.recipe`) in miniature, on
+``builtin/bank`` tasks that need one or two calls (look an account up, then act on the id it returned):
+
+1. warm start: the LoRA adapter shipped in the package (``make warm-adapter`` reproduces it), or, for
+   another model or ``--warm sft``, ``--warm-steps`` steps of supervised training of both roles;
+2. evaluate on test tasks **with the real backends** (greedy), and measure the env role's fidelity;
+3. EnvACE training **under imagination**: every training tool result is written by the model itself, its
+   env role grounded on a tool log of the train split's reference results; **no live tool call**
+   (``live_calls`` is counted, and printed); the sim-to-real diagnostic replays each imagined episode's
+   actions on the real backend to show how far imagined and real rewards agree (counted apart);
+4. evaluate and measure fidelity again, on the same test tasks;
+5. write ``runs/demo-<time>/``: trajectories (JSONL), metrics (JSON), a before/after plot with the learning
+   curve, a transcript of one imagined (training) and one real (evaluation) episode, the checkpoint, and
+   print the before/after table with 95% intervals and the live-call count.
+
+Every budget is a count (steps, episodes), never minutes: a busy machine makes the demo slower, not smaller.
 """
 
 from __future__ import annotations
@@ -21,15 +28,16 @@ from typing import Any
 
 import gymnasium as gym
 
+from envace_gym.agents import recipe
 from envace_gym.agents.eval.evaluate import evaluate
 from envace_gym.agents.eval.fidelity import fidelity_report
+from envace_gym.agents.eval.stats import wilson_interval
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.rollout import Trajectory, load_trajectories, save_trajectories
-from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.envace import EnvACETrainer
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
-from envace_gym.jsonl import read_jsonl
+from envace_gym.rehearsal.prompt import is_result_shaped
 from envace_gym.transcript import render_transcript
 
 __all__ = ["DemoConfig", "run_demo"]
@@ -42,16 +50,23 @@ class DemoConfig:
     policy: str = field(
         default="default", metadata={"help": "the LM to demo: default | tiny | ckpt:DIR | hf:PATH | gguf:PATH"}
     )
-    minutes: float = field(default=3.0, metadata={"help": "warm-start budget, in minutes"})
-    episodes: int = field(
-        default=24, metadata={"help": "test episodes per evaluation (the same tasks before and after)"}
+    warm: str = field(
+        default="auto",
+        metadata={
+            "help": "warm start: adapter (the shipped LoRA adapter; the default model only), sft (--warm-steps "
+            "of supervised training), none, or auto (adapter for the default model, else sft)"
+        },
     )
-    batch_size: int = field(default=12, metadata={"help": "envs stepped in lockstep"})
+    warm_steps: int = field(default=60, metadata={"help": "supervised warm-start steps (--warm sft)"})
+    episodes: int = field(
+        default=32, metadata={"help": "test episodes per evaluation (the same tasks before and after)"}
+    )
+    batch_size: int = field(default=16, metadata={"help": "envs stepped in lockstep"})
     max_turns: int = field(default=3, metadata={"help": "assistant messages per episode before truncation"})
-    max_new_tokens: int = field(default=96, metadata={"help": "tokens generated per LM turn at most"})
-    sft_examples: int = field(default=800, metadata={"help": "train tasks whose reference trajectories are learned"})
+    max_new_tokens: int = field(default=64, metadata={"help": "tokens generated per LM turn at most"})
+    sft_examples: int = field(default=400, metadata={"help": "train tasks whose reference trajectories are learned"})
     lr: float = field(default=1e-4, metadata={"help": "warm-start learning rate"})
-    rl_steps: int = field(default=3, metadata={"help": "EnvACE training steps under imagination"})
+    rl_steps: int = field(default=8, metadata={"help": "EnvACE training steps under imagination"})
     rl_tasks: int = field(default=2, metadata={"help": "train tasks per EnvACE step"})
     rl_group: int = field(default=4, metadata={"help": "episodes per task (the GRPO group)"})
     rl_lr: float = field(default=2e-5, metadata={"help": "EnvACE learning rate"})
@@ -63,7 +78,7 @@ class DemoConfig:
 
     def __post_init__(self) -> None:
         checks = {
-            "minutes": (self.minutes > 0, "> 0"),
+            "warm_steps": (self.warm_steps >= 1, ">= 1"),
             "episodes": (self.episodes >= 1, ">= 1"),
             "batch_size": (self.batch_size >= 1, ">= 1"),
             "max_turns": (self.max_turns >= 1, ">= 1"),
@@ -83,19 +98,27 @@ class DemoConfig:
                 )
         if not self.policy:
             raise ValueError("DemoConfig.policy (--policy) must not be empty")
+        if self.warm not in ("auto", "adapter", "sft", "none"):
+            raise ValueError(f"DemoConfig.warm (--warm) must be auto, adapter, sft or none, got {self.warm!r}")
+        if self.warm == "adapter" and self.policy != "default":
+            raise ValueError("--warm adapter: the shipped adapter is for --policy default; use --warm sft")
 
 
 def _make_envs(cfg: DemoConfig, split: str, n: int) -> list[gym.Env]:
-    return [gym.make("EnvACE-ToolCall-v0", split=split, max_turns=cfg.max_turns) for _ in range(n)]
+    pool = recipe.task_pool()
+    return [gym.make("EnvACE-ToolCall-v0", tasks=pool, split=split, max_turns=cfg.max_turns) for _ in range(n)]
 
 
 def _evaluate(policy: LMPolicy, cfg: DemoConfig, desc: str) -> tuple[list[Trajectory], dict[str, Any]]:
-    """The same ``cfg.episodes`` test tasks every time (the pool's seeded evaluation order)."""
+    """The same ``cfg.episodes`` test tasks every time (the pool's seeded evaluation order), real backends."""
     envs = _make_envs(cfg, "test", min(cfg.batch_size, cfg.episodes))
     report = evaluate(envs, policy, cfg.episodes, seed=cfg.seed, desc=desc)
     trajs = report.trajectories
     summary = report.summary()
+    turns = [m for t in trajs for m in t.messages if m.get("role") == "assistant"]
+    summary["success_ci"] = wilson_interval(sum(t.success for t in trajs), len(trajs))
     summary["calls_per_episode"] = sum(t.calls_ok + t.calls_failed for t in trajs) / max(1, len(trajs))
+    summary["result_shaped"] = sum(map(is_result_shaped, turns)) / len(turns) if turns else 0.0
     return trajs, summary
 
 
@@ -103,55 +126,66 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
-def _table(before: dict[str, Any], after: dict[str, Any]):
+def _fidelity(policy: LMPolicy, cfg: DemoConfig) -> dict[str, Any]:
+    """The env role's fidelity on oracle episodes of test tasks, with the reference examples in its prompt
+    (as in training) and without them."""
+    factory = lambda: _make_envs(cfg, "test", 1)[0]  # noqa: E731
+    out = {}
+    for grounding in ("reference", "none"):
+        report = fidelity_report(factory, {"self": policy}, cfg.fidelity_episodes, seed=cfg.seed, grounding=grounding)
+        out[grounding] = report["backends"]["self"]
+    return out
+
+
+def _table(before: dict[str, Any], after: dict[str, Any], fid: tuple[dict, dict], calls: dict[str, int]):
     from rich.table import Table
 
-    table = Table(title="Embedded model on builtin test tasks, real backends: warm-started -> + EnvACE training")
-    for col in ("domain", "episodes", "success", "valid calls", "calls/episode", "mean reward"):
-        table.add_column(col, justify="left" if col == "domain" else "right")
-    rows = [(d, before["by_domain"][d], after["by_domain"].get(d, {})) for d in before["by_domain"]] + [
-        ("all", before, after)
-    ]
-    for name, b, a in rows:
-        table.add_row(
-            name,
-            str(b["episodes"]),
-            f"{_pct(b['success_rate'])} -> {_pct(a.get('success_rate'))}",
-            f"{_pct(b['valid_call_rate'] or 0.0)} -> {_pct(a.get('valid_call_rate') or 0.0)}",
-            f"{b.get('calls_per_episode', 0):.1f} -> {a.get('calls_per_episode', 0):.1f}" if name == "all" else "",
-            f"{b['mean_reward']:.2f} -> {a.get('mean_reward', 0.0):.2f}",
-        )
+    table = Table(title="Test tasks, real backends: warm start -> + EnvACE training under imagination")
+    for col in ("", "warm start", "+ EnvACE (imagination only)"):
+        table.add_column(col, justify="left" if not col else "right")
+
+    def ci(s: dict[str, Any]) -> str:
+        lo, hi = s["success_ci"]
+        return f"{_pct(s['success_rate'])} ({100 * lo:.0f}-{100 * hi:.0f}%)"
+
+    def exact(f: dict[str, Any]) -> str:
+        return f"{_pct(f['reference']['exact_match'])} / {_pct(f['none']['exact_match'])}"
+
+    table.add_row("success (95% CI)", ci(before), ci(after))
+    table.add_row("valid calls", _pct(before["valid_call_rate"] or 0.0), _pct(after["valid_call_rate"] or 0.0))
+    table.add_row("calls per episode", f"{before['calls_per_episode']:.1f}", f"{after['calls_per_episode']:.1f}")
+    table.add_row("actor turns holding a tool result", _pct(before["result_shaped"]), _pct(after["result_shaped"]))
+    table.add_row("env role exact match, with / without examples", exact(fid[0]), exact(fid[1]))
+    table.add_row("live tool calls during training", "", f"{calls['live_calls']:,}")
+    table.add_row("logged results used (train-split log)", "", f"{calls['logged_calls_used']:,}")
     return table
 
 
-def _plot(path: Path, before: dict[str, Any], after: dict[str, Any], rl_metrics: Path) -> None:
+def _plot(path: Path, before: dict[str, Any], after: dict[str, Any], records: list[dict[str, Any]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    domains = list(before["by_domain"]) + ["all"]
-
-    def series(s: dict[str, Any], key: str) -> list[float]:
-        return [((s["by_domain"].get(d, {}) if d != "all" else s).get(key) or 0.0) for d in domains]
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    x = range(len(domains))
-    for ax, key, title in ((axes[0], "valid_call_rate", "valid-call rate"), (axes[1], "success_rate", "success rate")):
-        ax.bar([i - 0.2 for i in x], series(before, key), width=0.4, label="warm-started")
-        ax.bar([i + 0.2 for i in x], series(after, key), width=0.4, label="+ EnvACE")
-        ax.set_xticks(list(x), domains)
-        ax.set_ylim(0, 1)
-        ax.set_title(title)
-        ax.legend()
-    records = [record for _, record in read_jsonl(rl_metrics)]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
+    names, stats = ["warm start", "+ EnvACE\n(imagination only)"], [before, after]
+    rates = [s["success_rate"] for s in stats]
+    err = [[r - s["success_ci"][0] for r, s in zip(rates, stats, strict=True)]]
+    err.append([s["success_ci"][1] - r for r, s in zip(rates, stats, strict=True)])
+    ax1.bar(names, rates, yerr=err, capsize=6, color=["tab:gray", "tab:blue"])
+    ax1.set_ylim(0, 1)
+    ax1.set_title("test success, real backends (95% Wilson)")
     steps = [r["step"] for r in records]
-    axes[2].plot(steps, [r["reward_actor"] for r in records], marker="o", label="actor reward (imagined)")
-    axes[2].plot(steps, [r["valid_env_role"] or 0.0 for r in records], marker="o", label="env role: valid answers")
-    axes[2].set_title("EnvACE training under imagination")
-    axes[2].set_xlabel("step")
-    axes[2].set_ylim(-0.15, 1.05)
-    axes[2].legend()
+    ax2.plot(steps, [r["reward_actor"] for r in records], marker="o", label="training reward (imagined results)")
+    if records and records[0].get("real_reward_imagined") is not None:
+        ax2.plot(steps, [r["real_reward_imagined"] for r in records], marker="x", ls=":",
+                 label="same actions replayed on the real backend")  # fmt: skip
+    ax2.plot(steps, [r.get("fidelity_env_role") or 0.0 for r in records], marker=".", label="env-role fidelity")
+    live = sum(r.get("live_calls") or 0 for r in records)
+    ax2.set_title(f"EnvACE under imagination ({live} live tool calls)")
+    ax2.set_xlabel("step")
+    ax2.set_ylim(-0.05, 1.05)
+    ax2.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -165,15 +199,24 @@ def _transcript(traj: Trajectory) -> str:
     return header + render_transcript(traj.messages, markdown=True)
 
 
-def _fidelity(policy: LMPolicy, cfg: DemoConfig) -> dict[str, Any]:
-    """The env role's fidelity on oracle episodes, without the reference examples (``--grounding none``)."""
-    factory = lambda: gym.make("EnvACE-ToolCall-v0", split="test", max_turns=8)  # noqa: E731
-    report = fidelity_report(factory, {"self": policy}, cfg.fidelity_episodes, seed=cfg.seed, grounding="none")
-    return report["backends"]["self"]
-
-
-def _fid_text(f: dict[str, Any]) -> str:
-    return f"parse-valid {_pct(f['parse_valid_rate'])}, exact {_pct(f['exact_match'])}, key F1 {f['key_f1']:.2f}"
+def _warm_start(policy: LMPolicy, cfg: DemoConfig, run_dir: Path) -> dict[str, Any]:
+    """Load the shipped adapter, or train ``warm_steps`` supervised steps of both roles, or nothing."""
+    mode = cfg.warm
+    if mode == "auto":
+        shipped = (recipe.WARM_ADAPTER / "adapter_model.safetensors").is_file()
+        mode = "adapter" if cfg.policy == "default" and shipped else "sft"
+    if mode == "none":
+        return {"warm": "none", "steps": 0, "seconds": 0.0}
+    if mode == "adapter":
+        t0 = time.monotonic()
+        recipe.load_warm_adapter(policy)
+        info = json.loads((recipe.WARM_ADAPTER / "warm_start.json").read_text())
+        return {"warm": "adapter", "steps": info["summary"]["steps"], "seconds": round(time.monotonic() - t0, 1)}
+    train_env = _make_envs(cfg, "train", 1)[0]
+    examples = build_sft_examples(train_env, policy, cfg.sft_examples, seed=cfg.seed, roles=("actor", "env_role"))
+    sft_cfg = SFTConfig(steps=cfg.warm_steps, lr=cfg.lr, seed=cfg.seed)
+    summary = train_sft(policy, examples, sft_cfg, run_dir / "warm-start")
+    return {"warm": "sft", **summary}
 
 
 def run_demo(cfg: DemoConfig) -> Path:
@@ -185,57 +228,52 @@ def run_demo(cfg: DemoConfig) -> Path:
     run_dir = Path(cfg.out_root) / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
-    console.print(
-        f"[bold]envace demo[/bold]: policy={cfg.policy}, {cfg.minutes:g} min warm start, {cfg.rl_steps} EnvACE "
-        f"steps under imagination, {cfg.episodes} test episodes before and after -> {run_dir}"
-    )
-    policy = LMPolicy.from_spec(cfg.policy, sampling=sampling)
-
-    train_env = _make_envs(cfg, "train", 1)[0]
-    examples = build_sft_examples(train_env, policy, cfg.sft_examples, seed=cfg.seed, roles=("actor", "env_role"))
-    sft_cfg = SFTConfig(minutes=cfg.minutes, lr=cfg.lr, seed=cfg.seed)
-    sft_summary = train_sft(policy, examples, sft_cfg, run_dir / "warm-start")
-
-    before_trajs, before = _evaluate(policy, cfg, "warm-started eval")
-    save_trajectories(before_trajs, run_dir / "trajectories_before.jsonl")
-    fid_before = _fidelity(policy, cfg)
-
-    rl_cfg = EnvACEConfig(
-        backend="self",
+    rl_cfg = recipe.imagination_config(
         steps=cfg.rl_steps,
         tasks_per_step=cfg.rl_tasks,
         group_size=cfg.rl_group,
         lr=cfg.rl_lr,
-        temperature=0.7,
         max_new_tokens=cfg.max_new_tokens,
         seed=cfg.seed,
         save_every=cfg.rl_steps,
         keep_last=1,
         log_trajectories_every=1,
+        sim_to_real=True,  # a diagnostic, counted apart; never trained on
     )
-    rl_dir = run_dir / "envace"
     console.print(
-        f"EnvACE training: {rl_cfg.steps} steps x {rl_cfg.tasks_per_step} tasks x {rl_cfg.group_size} episodes"
+        f"[bold]envace demo[/bold]: policy={cfg.policy}, warm start {cfg.warm}, then {rl_cfg.steps} EnvACE steps x "
+        f"{rl_cfg.tasks_per_step} tasks x {rl_cfg.group_size} episodes under imagination (no live tool call), "
+        f"{cfg.episodes} test episodes on the real backends before and after -> {run_dir}"
     )
+    policy = LMPolicy.from_spec(cfg.policy, sampling=sampling)
+    warm = _warm_start(policy, cfg, run_dir)
+
+    before_trajs, before = _evaluate(policy, cfg, "warm start: eval")
+    save_trajectories(before_trajs, run_dir / "trajectories_before.jsonl")
+    fid_before = _fidelity(policy, cfg)
+
+    rl_dir = run_dir / "envace"
     records = EnvACETrainer(policy, lambda: _make_envs(cfg, "train", 1)[0], rl_cfg, rl_dir).train()
     policy.sampling = sampling
 
-    after_trajs, after = _evaluate(policy, cfg, "EnvACE-trained eval")
+    after_trajs, after = _evaluate(policy, cfg, "after EnvACE: eval")
     save_trajectories(after_trajs, run_dir / "trajectories_after.jsonl")
     fid_after = _fidelity(policy, cfg)
 
+    calls = {k: sum(r.get(k) or 0 for r in records) for k in ("live_calls", "logged_calls_used", "diagnostic_calls")}
     metrics = {
         "config": asdict(cfg),
+        "warm_start": warm,
         "before": before,
         "after": after,
         "fidelity_before": fid_before,
         "fidelity_after": fid_after,
-        "sft": sft_summary,
+        "calls": calls,
         "envace": records,
         "seconds": round(time.monotonic() - started, 1),
     }
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    _plot(run_dir / "plot.png", before, after, rl_dir / "metrics.jsonl")
+    _plot(run_dir / "plot.png", before, after, records)
     imagined = [
         t
         for step in range(1, cfg.rl_steps + 1)
@@ -250,17 +288,14 @@ def run_demo(cfg: DemoConfig) -> Path:
         + _transcript(shown_real)
     )
 
+    agree = [r["sim_real_agreement"] for r in records if r.get("sim_real_agreement") is not None]
     rewards = ", ".join(f"{r['reward_actor']:.2f}" for r in records)
-    console.print(_table(before, after))
-    console.print(f"env role fidelity (no reference examples): {_fid_text(fid_before)} -> {_fid_text(fid_after)}")
+    console.print(_table(before, after, (fid_before, fid_after), calls))
     console.print(
-        f"success {_pct(before['success_rate'])} -> {_pct(after['success_rate'])} on {cfg.episodes} test episodes; "
-        f"{sft_summary['steps']} warm-start steps in {sft_summary['seconds']:.0f}s, {len(records)} EnvACE steps "
-        f"(imagined reward per step: {rewards}); "
-        f"total {metrics['seconds']:.0f}s"
+        f"training: {len(records)} steps, imagined reward per step {rewards}; the same actions on the real backend "
+        f"agreed on success in {_pct(sum(agree) / len(agree) if agree else None)} of episodes "
+        f"({calls['diagnostic_calls']} diagnostic calls, never trained on); "
+        f"warm start: {warm['warm']}; total {metrics['seconds']:.0f} s"
     )
-    console.print(
-        f"run folder: {run_dir} (trajectories_*.jsonl, metrics.json, plot.png, transcript.md, warm-start/, "
-        f"envace/ with learning_curve.png and ckpt-{cfg.rl_steps}/)"
-    )
+    console.print(f"run folder: {run_dir} (metrics.json, plot.png, transcript.md, trajectories_*.jsonl, envace/)")
     return run_dir

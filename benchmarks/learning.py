@@ -1,32 +1,44 @@
-"""Learning benchmark: does EnvACE training help, against the real backend, on held-out test tasks?
+"""Learning benchmark: does training under imagination help, against the real backend, on held-out test tasks?
 
 Every arm starts from the same warm-started checkpoint (``envace sft --roles actor,env_role``: the
 embedded model earns no reward zero-shot) and gets the same budget of steps and episodes:
 
 * ``untrained``: the warm start itself;
-* ``envace-self``: EnvACE world rehearsal (the policy imagines every tool result; both roles trained);
-* ``envace-frozen-env``: the same, with the env role's samples masked out (the masked-role ablation);
-* ``grpo-real``: plain GRPO on the real backends (the upper reference);
+* ``envace-self``: EnvACE world rehearsal as the paper does it (the policy imagines every tool result, both
+  roles trained by the task reward);
+* ``envace-log``: the same, with the env role grounded on a **tool log** written from the train split's
+  reference trajectories (a supervised target where the log has the call): no live tool call;
+* ``envace-log-fidelity``: ``envace-log`` with the env role rewarded by its fidelity to the logged result;
+* ``envace-frozen-env``: ``envace-self`` with the env role's samples masked out (the masked-role ablation);
+* ``grpo-real``: plain GRPO on the real backends (the upper reference: every call is live);
 * ``grpo-simulator``: GRPO with a frozen copy of the warm start answering the calls (the paper's baseline);
-* ``grounded-0.25``: EnvACE with a quarter of the calls also run for real, the env role supervised there.
+* ``grounded-0.25``: EnvACE with a shadow real backend that executes every call (live grounding) and a
+  quarter of the env-role answers supervised toward the real result.
 
-For each arm it reports success and mean reward on test tasks played **on the real backend** (greedy), with
-a 95% Wilson interval (and over seeds, with ``--seeds``), the env role's fidelity before and after
-(``--grounding none``: parse-valid, exact match, key F1), generated tokens and wall time; it prints a
-table, writes ``results.json`` and ``learning.png`` under ``--out``.
+For each arm it reports success on test tasks played **on the real backend** (greedy) with a 95% Wilson
+interval pooled over seeds; what training cost in **live tool calls** (and logged results used, and the
+diagnostic and reward-check calls, counted apart); for imagined arms the sim-to-real diagnostic (each
+imagined training episode's actions replayed on a fresh real backend: agreement of imagined and real
+success, real reward); the env role's fidelity on held-out calls before and after training, with and
+without reference examples; the share of actor turns that hold a tool result instead of a call or an
+answer; tokens and time. It prints a table, writes ``results.json``, ``table.md`` and ``learning.png``
+under ``--out``; each (arm, seed) run keeps its own ``result.json``, so ``--resume`` skips finished runs.
 
-    python benchmarks/learning.py                       # the default setting (2 CPU cores, < 90 min)
-    python benchmarks/learning.py --full                # sized for one GPU
-    python benchmarks/learning.py --arms untrained,grpo-real --steps 4   # a subset
+    python benchmarks/learning.py                       # the default setting
+    python benchmarks/learning.py --jobs 9 --device cuda  # the same setting, runs in parallel on one GPU
+    python benchmarks/learning.py --arms untrained,grpo-real --steps 4 --seeds 0   # a subset
 
 Nothing here is tuned on the test split: the domain, horizon and budget were chosen from the warm start's
-success on *train* tasks (see the README).
+success on *train* tasks, and the imagination-only candidate (``envace-log``) was named before any test
+figure of it existed (see docs).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +46,7 @@ from typing import Any
 import gymnasium as gym
 
 import envace_gym  # noqa: F401  (registers the envs)
+from envace_gym.agents import recipe
 from envace_gym.agents.eval.evaluate import evaluate
 from envace_gym.agents.eval.fidelity import fidelity_report
 from envace_gym.agents.eval.stats import mean_interval, wilson_interval
@@ -42,45 +55,50 @@ from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.envace import EnvACETrainer
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
+from envace_gym.rehearsal.prompt import is_result_shaped
 
 ARMS: dict[str, dict[str, Any] | None] = {
     "untrained": None,
     "envace-self": {"backend": "self"},
+    "envace-log": {"backend": "self", "tool_log": "reference"},  # the recipe of agents/recipe.py
+    "envace-log-fidelity": {"backend": "self", "tool_log": "reference", "env_role_reward": "fidelity"},
     "envace-frozen-env": {"backend": "self", "train_env_role": False},
     "grpo-real": {"backend": "real"},
     "grpo-simulator": {"backend": "simulator"},
     "grounded-0.25": {"backend": "self", "real_fraction": 0.25},
 }
+#: The arms whose env role's answers reach the actor: the sim-to-real diagnostic applies to them.
+IMAGINED = {"envace-self", "envace-log", "envace-log-fidelity", "envace-frozen-env", "grpo-simulator", "grounded-0.25"}
 
 DEFAULT = {
     "suite": "builtin/bank",
     "max_calls": 2,
     "max_turns": 3,
-    "steps": 12,
+    "steps": 40,
     "tasks_per_step": 2,
     "group_size": 4,
     "lr": 2e-5,
     "temperature": 0.7,
     "max_new_tokens": 64,
     "eval_episodes": 64,
-    "fidelity_episodes": 6,
+    "fidelity_episodes": 12,
     "warm_steps": 60,
-    "seeds": "0",
+    "seeds": "0,1,2",
+    "arms": "untrained,envace-self,envace-log,grpo-real",
 }
-FULL = {  # one GPU: all four domains, a longer warm start, 200 steps of 16 groups, the whole test split, 3 seeds
+FULL = {  # one GPU: all four domains, a longer warm start, 200 steps of 16 groups, the whole test split
+    **DEFAULT,
     "suite": "builtin",
     "max_calls": -1,
     "max_turns": 4,
     "steps": 200,
     "tasks_per_step": 16,
-    "group_size": 4,
     "lr": 1e-5,
-    "temperature": 0.7,
     "max_new_tokens": 128,
     "eval_episodes": 600,
     "fidelity_episodes": 60,
     "warm_steps": 600,
-    "seeds": "0,1,2",
+    "arms": ",".join(ARMS),
 }
 
 
@@ -92,12 +110,7 @@ def task_pool(args) -> list:
     groups do); two-call tasks (look an account up, then act on the id it returned) leave room to learn and
     make the second call depend on the first call's result, which under imagination the env role writes.
     The run prints the start's success on train tasks (``start_train_success``) so the choice can be checked."""
-    from envace_gym.suites import load_suite
-
-    suite = load_suite(args.suite)
-    if args.max_calls < 0:
-        return list(suite)
-    return [t for t in suite if len(t.user_turns) == 1 and len(t.reference_calls) <= args.max_calls]
+    return recipe.task_pool(args.suite, args.max_calls)
 
 
 def env_factory(args, split: str):
@@ -106,7 +119,8 @@ def env_factory(args, split: str):
 
 
 def load(spec: str, args, seed: int) -> LMPolicy:
-    return LMPolicy.from_spec(spec, sampling=SamplingConfig(0.0, 1.0, args.max_new_tokens, seed), progress=False)
+    policy = LMPolicy.from_spec(spec, sampling=SamplingConfig(0.0, 1.0, args.max_new_tokens, seed), progress=False)
+    return policy.to(args.device)
 
 
 def warm_start(args) -> str:
@@ -116,7 +130,7 @@ def warm_start(args) -> str:
     out = Path(args.out) / "warm"
     if (out / "sft_summary.json").exists():
         return f"ckpt:{out}"
-    policy = load("default", args, 0)
+    policy = load(args.policy, args, 0)
     env = env_factory(args, "train")()
     examples = build_sft_examples(env, policy, 400, seed=0, progress=False, roles=("actor", "env_role"))
     # A step count, not minutes: the starting point must not depend on how busy the machine is.
@@ -134,34 +148,48 @@ def train_success(policy: LMPolicy, args, episodes: int = 32) -> float:
 
 
 def measure(policy: LMPolicy, args, seed: int) -> dict[str, Any]:
-    """Test success on the real backend (greedy) and the env role's fidelity without grounding examples."""
+    """Test success on the real backend (greedy), the share of result-shaped actor turns, and the env role's
+    fidelity on held-out (test) calls with and without reference examples in its prompt. Measurement only:
+    nothing here reaches training."""
     policy.sampling = SamplingConfig(0.0, 1.0, args.max_new_tokens, seed)
     policy.engine.clear()
     envs = [env_factory(args, "test")() for _ in range(min(16, args.eval_episodes))]
     report = evaluate(envs, policy, args.eval_episodes, seed=seed, progress=False, desc="test")
     s = report.summary()
     wins = sum(t.success for t in report.trajectories)
-    fid = fidelity_report(
-        env_factory(args, "test"), {"self": policy}, args.fidelity_episodes, seed=seed, progress=False, grounding="none"
-    )["backends"]["self"]
+    turns = [m for t in report.trajectories for m in t.messages if m.get("role") == "assistant"]
+    fidelity = {}
+    for grounding in ("reference", "none"):
+        fid = fidelity_report(
+            env_factory(args, "test"), {"self": policy}, args.fidelity_episodes, seed=seed, progress=False,
+            grounding=grounding,
+        )["backends"]["self"]  # fmt: skip
+        fidelity[grounding] = {k: fid[k] for k in ("parse_valid_rate", "exact_match", "key_f1")}
     return {
         "success": s["success_rate"],
         "success_ci": wilson_interval(wins, len(report.trajectories)),
+        "wins": wins,
         "mean_reward": s["mean_reward"],
         "valid_call_rate": s["valid_call_rate"],
+        "result_shaped": sum(map(is_result_shaped, turns)) / len(turns) if turns else 0.0,
         "episodes": len(report.trajectories),
-        "fidelity": {k: fid[k] for k in ("parse_valid_rate", "exact_match", "key_f1")},
+        "fidelity": fidelity,
     }
 
 
-def run_arm(name: str, start: str, args, seed: int, before: dict[str, Any]) -> dict[str, Any]:
+def _mean(xs: list[Any]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
+    """Train one arm from the start (none for ``untrained``), then measure it; the result is what
+    ``result.json`` of ``OUT/<arm>-seed<seed>`` holds."""
     overrides = ARMS[name]
     t0 = time.monotonic()
     policy = load(start, args, seed)
     if overrides is None:
-        result = dict(before)
-        result.update(train_s=0.0, tokens=0, curve=[])
-        return result
+        return {**measure(policy, args, seed), "train_s": 0.0, "tokens": 0, "curve": [], "calls": {}}
     cfg = EnvACEConfig(
         steps=args.steps,
         tasks_per_step=args.tasks_per_step,
@@ -173,6 +201,7 @@ def run_arm(name: str, start: str, args, seed: int, before: dict[str, Any]) -> d
         save_every=args.steps,
         keep_last=1,
         log_trajectories_every=0,
+        sim_to_real=name in IMAGINED,  # a diagnostic: its calls are counted apart and never trained on
         **overrides,
     )
     out = Path(args.out) / f"{name}-seed{seed}"
@@ -180,26 +209,53 @@ def run_arm(name: str, start: str, args, seed: int, before: dict[str, Any]) -> d
     records = trainer.train()
     train_s = time.monotonic() - t0
     result = measure(policy, args, seed)
+    keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "verifier_calls")
     result.update(
         train_s=round(train_s, 1),
         tokens=sum(r["actor_tokens"] + r["env_role_tokens"] for r in records),
-        curve=[(r["step"], r["reward_actor"]) for r in records],
+        calls={k: sum(r.get(k) or 0 for r in records) for k in keys},
+        sim_real_agreement=_mean([r.get("sim_real_agreement") for r in records]),
+        real_reward_imagined=_mean([r.get("real_reward_imagined") for r in records]),
+        curve=[
+            {
+                k: r.get(k)
+                for k in (
+                    "step",
+                    "reward_actor",
+                    "real_reward_imagined",
+                    "sim_real_agreement",
+                    "valid_env_role",
+                    "exact_env_role",
+                    "fidelity_env_role",
+                    "live_calls",
+                )
+            }
+            for r in records
+        ],  # fmt: skip
     )
     return result
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One arm over its seeds: pooled Wilson interval of success, and the interval over seeds."""
-    wins = sum(round(r["success"] * r["episodes"]) for r in runs)
+    wins = sum(r["wins"] for r in runs)
     n = sum(r["episodes"] for r in runs)
+    fid = {
+        g: {k: _mean([r["fidelity"][g][k] for r in runs]) for k in runs[0]["fidelity"][g]} for g in runs[0]["fidelity"]
+    }
     return {
         "success": wins / n,
         "success_ci": wilson_interval(wins, n),
         "success_ci_seeds": mean_interval([r["success"] for r in runs]),
-        "mean_reward": sum(r["mean_reward"] for r in runs) / len(runs),
-        "valid_call_rate": sum(r["valid_call_rate"] or 0 for r in runs) / len(runs),
-        "fidelity": {k: sum(r["fidelity"][k] for r in runs) / len(runs) for k in runs[0]["fidelity"]},
-        "train_s": sum(r.get("train_s", 0.0) for r in runs) / len(runs),
+        "per_seed": [r["success"] for r in runs],
+        "mean_reward": _mean([r["mean_reward"] for r in runs]),
+        "valid_call_rate": _mean([r["valid_call_rate"] or 0 for r in runs]),
+        "result_shaped": _mean([r["result_shaped"] for r in runs]),
+        "fidelity": fid,
+        "calls": {k: sum(r["calls"].get(k, 0) for r in runs) // len(runs) for k in runs[0]["calls"]},
+        "sim_real_agreement": _mean([r.get("sim_real_agreement") for r in runs]),
+        "real_reward_imagined": _mean([r.get("real_reward_imagined") for r in runs]),
+        "train_s": _mean([r.get("train_s", 0.0) for r in runs]),
         "tokens": sum(r.get("tokens", 0) for r in runs) // len(runs),
         "episodes": n,
         "seeds": len(runs),
@@ -207,21 +263,32 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def table(results: dict[str, Any], before: dict[str, Any]) -> str:
-    fb = before["fidelity"]
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def table(results: dict[str, Any]) -> str:
+    before = results.get("untrained")
     lines = [
-        "| arm | test success (95% CI) | mean reward | valid calls | env-role parse-valid / exact / key F1 "
-        "(before -> after) | tokens | train time |",
-        "|---|---|---|---|---|---|---|",
+        "| arm | seeds | test success, real backend (95% CI) | live calls | logged results | diagnostic calls | "
+        "imagined = real success | real reward of imagined episodes | env-role exact, ref. / none (before -> after) "
+        "| result-shaped actor turns | tokens | train time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         lo, hi = r["success_ci"]
         f = r["fidelity"]
+        b = before["fidelity"] if before else None
+        fid = f"{_pct(f['reference']['exact_match'])} / {_pct(f['none']['exact_match'])}"
+        if b and name != "untrained":
+            fid = f"{_pct(b['reference']['exact_match'])} / {_pct(b['none']['exact_match'])} -> {fid}"
+        calls = r["calls"]
         lines.append(
-            f"| {name} | {100 * r['success']:.1f}% ({100 * lo:.0f}-{100 * hi:.0f}%) | {r['mean_reward']:.3f} | "
-            f"{100 * r['valid_call_rate']:.0f}% | {100 * fb['parse_valid_rate']:.0f}/{100 * fb['exact_match']:.0f}/"
-            f"{fb['key_f1']:.2f} -> {100 * f['parse_valid_rate']:.0f}/{100 * f['exact_match']:.0f}/{f['key_f1']:.2f} | "
-            f"{r['tokens']:,} | {r['train_s'] / 60:.1f} min |"
+            f"| {name} | {r['seeds']} | {100 * r['success']:.1f}% ({100 * lo:.0f}-{100 * hi:.0f}%) | "
+            f"{calls.get('live_calls', 0):,} | {calls.get('logged_calls_used', 0):,} | "
+            f"{calls.get('diagnostic_calls', 0):,} | {_pct(r['sim_real_agreement'])} | "
+            f"{'-' if r['real_reward_imagined'] is None else format(r['real_reward_imagined'], '.2f')} | {fid} | "
+            f"{_pct(r['result_shaped'])} | {r['tokens']:,} | {r['train_s'] / 60:.1f} min |"
         )
     return "\n".join(lines)
 
@@ -232,7 +299,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(18, 4.5))
     names = list(results)
     succ = [results[n]["success"] for n in names]
     err = [
@@ -240,76 +307,125 @@ def plot(results: dict[str, Any], path: Path) -> None:
         [results[n]["success_ci"][1] - s for n, s in zip(names, succ, strict=True)],
     ]
     ax1.bar(names, succ, yerr=err, capsize=4, color="tab:blue")
-    ax1.set_ylabel("test success, real backend (95% Wilson)")
+    for i, n in enumerate(names):
+        ax1.annotate(f"{results[n]['calls'].get('live_calls', 0):,} live", (i, 0.02), ha="center", fontsize=7)
+    ax1.set_ylabel("test success, real backend (95% Wilson, pooled seeds)")
     ax1.set_ylim(0, 1)
     ax1.tick_params(axis="x", rotation=25)
     for n in names:
-        for curve in results[n]["curves"]:
+        for seed, curve in enumerate(results[n]["curves"]):
             if curve:
-                ax2.plot([c[0] for c in curve], [c[1] for c in curve], label=n, alpha=0.8)
+                steps = [c["step"] for c in curve]
+                ax2.plot(steps, [c["reward_actor"] for c in curve], label=f"{n} (training)" if not seed else None)
+                if curve[0].get("real_reward_imagined") is not None:
+                    ax2.plot(steps, [c["real_reward_imagined"] for c in curve], ls=":", alpha=0.7,
+                             label=f"{n} (same actions, real)" if not seed else None)  # fmt: skip
+                if curve[0].get("fidelity_env_role") is not None:
+                    ax3.plot(steps, [c["fidelity_env_role"] for c in curve], label=n if not seed else None)
     ax2.set_xlabel("step")
-    ax2.set_ylabel("training reward (imagined backends: under imagination)")
-    ax2.legend(fontsize=8)
+    ax2.set_ylabel("training reward; dotted: its actions replayed for real")
+    ax2.legend(fontsize=7)
+    ax3.set_xlabel("step")
+    ax3.set_ylabel("env-role fidelity to the logged/real result")
+    ax3.set_ylim(0, 1)
+    ax3.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="the GPU-sized setting")
-    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms to run")
     parser.add_argument("--warm", default=None, help="a warm-started checkpoint folder (default: train one)")
+    parser.add_argument("--policy", default="default", help="the model the warm start starts from")
     parser.add_argument("--out", default="runs/learning", help="output folder")
+    parser.add_argument("--device", default="auto", help="auto (cuda when present), cpu or cuda")
+    parser.add_argument("--jobs", type=int, default=1, help="(arm, seed) runs in parallel processes")
+    parser.add_argument("--resume", action="store_true", help="keep finished (arm, seed) runs of --out")
     for key, value in DEFAULT.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=None, help=f"default {value}")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     base = FULL if args.full else DEFAULT
     for key, value in base.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = [a for a in arms if a not in ARMS]
+    unknown = [a for a in args.arms.split(",") if a.strip() and a.strip() not in ARMS]
     if unknown:
         parser.error(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
+    return args
+
+
+def _child_argv(args, name: str, seed: int, start: str) -> list[str]:
+    argv = [sys.executable, __file__, "--arms", name, "--seeds", str(seed), "--resume", "--jobs", "1"]
+    argv += ["--warm", start.removeprefix("ckpt:"), "--out", args.out, "--device", args.device]
+    for key in DEFAULT:
+        if key not in ("arms", "seeds"):
+            argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     seeds = [int(s) for s in str(args.seeds).split(",")]
-    Path(args.out).mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     start = warm_start(args)
     print(f"start: {start}; {json.dumps({k: getattr(args, k) for k in DEFAULT})}", flush=True)
-    start_train = train_success(load(start, args, 0), args)
+    summary_path = out / "start_train_success.json"
+    if args.resume and summary_path.exists():
+        start_train = json.loads(summary_path.read_text())["success"]
+    else:
+        start_train = train_success(load(start, args, 0), args)
+        summary_path.write_text(json.dumps({"success": start_train}))
     print(f"start's success on 32 train tasks (greedy): {start_train:.3f}", flush=True)
-    befores = {seed: measure(load(start, args, seed), args, seed) for seed in seeds}
-    before = aggregate(list(befores.values()))
-    print(f"before: {json.dumps(before)}", flush=True)
+    todo = [
+        (n, s) for n in arms for s in seeds if not (args.resume and (out / f"{n}-seed{s}" / "result.json").exists())
+    ]
+    if args.jobs > 1 and len(todo) > 1:
+        # One process per (arm, seed), at most --jobs at once; each writes its result.json.
+        procs: list[subprocess.Popen] = []
+        for name, seed in todo:
+            while len([p for p in procs if p.poll() is None]) >= args.jobs:
+                time.sleep(2)
+            log = (out / f"{name}-seed{seed}.log").open("w")
+            procs.append(subprocess.Popen(_child_argv(args, name, seed, start), stdout=log, stderr=subprocess.STDOUT))
+        failed = [" ".join(p.args[3:7]) for p in procs if p.wait() != 0]
+        if failed:
+            print(f"runs that failed (see their .log under {out}): {failed}", flush=True)
+    else:
+        for name, seed in todo:
+            r = run_arm(name, start, args, seed)
+            path = out / f"{name}-seed{seed}"
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "result.json").write_text(json.dumps(r, indent=1))
+            print(
+                f"{name} seed {seed}: success {r['success']:.3f}, calls {r['calls']}, {r['train_s']:.0f} s", flush=True
+            )
     runs: dict[str, list[dict[str, Any]]] = {}
-    out = Path(args.out)
     for name in arms:
         for seed in seeds:
-            r = run_arm(name, start, args, seed, befores[seed])
-            runs.setdefault(name, []).append(r)
-            print(
-                f"{name} seed {seed}: success {r['success']:.3f}, reward {r['mean_reward']:.3f}, "
-                f"fidelity {r['fidelity']}, {r['train_s']:.0f} s",
-                flush=True,
-            )
-        # Written after every arm: a run cut short still leaves its finished arms.
-        results = {n: aggregate(rs) for n, rs in runs.items()}
-        settings = {k: getattr(args, k) for k in DEFAULT}
-        minutes = round((time.monotonic() - t0) / 60, 1)
-        report = {
-            "settings": settings,
-            "start": start,
-            "start_train_success": start_train,
-            "before": before,
-            "arms": results,
-            "minutes": minutes,
-        }
-        (out / "results.json").write_text(json.dumps(report, indent=2))
-        (out / "table.md").write_text(table(results, before) + "\n")
+            path = out / f"{name}-seed{seed}" / "result.json"
+            if path.exists():
+                runs.setdefault(name, []).append(json.loads(path.read_text()))
+    results = {n: aggregate(rs) for n, rs in runs.items()}
+    report = {
+        "settings": {k: getattr(args, k) for k in DEFAULT},
+        "device": args.device,
+        "start": start,
+        "start_train_success": start_train,
+        "arms": results,
+        "minutes": round((time.monotonic() - t0) / 60, 1),
+    }
+    (out / "results.json").write_text(json.dumps(report, indent=2))
+    (out / "table.md").write_text(table(results) + "\n")
+    if results:
         plot(results, out / "learning.png")
-    print(table(results, before))
+    print(table(results))
     print(f"total {(time.monotonic() - t0) / 60:.1f} min")
+    return report
 
 
 if __name__ == "__main__":

@@ -92,6 +92,17 @@ class LMPolicy:
         """The embedded SmolLM2-135M-Instruct (converted to a local safetensors cache on first use)."""
         return cls.from_spec("default", sampling)
 
+    def to(self, device: str | torch.device = "auto") -> LMPolicy:
+        """Move the model, and generation with it, to ``device``: ``auto`` (CUDA when present), ``cpu``,
+        ``cuda`` or a torch device. Cached keys and values are dropped. Returns the policy."""
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model.to(device)
+        self.engine.clear()
+        if hasattr(self.engine, "device"):
+            self.engine.device = next(self.model.parameters()).device
+        return self
+
     def save(self, out_dir: str | Path) -> Path:
         """Write a safetensors checkpoint that loads back with ``LMPolicy.from_spec("ckpt:DIR")``."""
         out = Path(out_dir)

@@ -243,8 +243,11 @@ def train_sft(
     cfg: SFTConfig,
     out_dir: str | Path | None = None,
     progress: bool = True,
+    adapter_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train in place; write ``metrics.jsonl``, ``sft_config.json`` and a safetensors checkpoint to ``out_dir``.
+    With ``cfg.lora``, ``adapter_dir`` also gets the LoRA adapter alone (a few MB of safetensors, loadable with
+    peft's ``PeftModel.from_pretrained``) before it is merged into the model.
 
     Loss: token-mean cross-entropy over actor tokens. Returns a summary (steps, tokens, time, final loss).
     """
@@ -314,6 +317,8 @@ def train_sft(
         if metrics_fh:
             metrics_fh.close()
     if cfg.lora:
+        if adapter_dir is not None:
+            model.save_pretrained(str(adapter_dir), safe_serialization=True)
         policy.model = model.merge_and_unload()  # a plain model again: the checkpoint loads without peft
     policy.model.eval()
     policy.engine.model = policy.model

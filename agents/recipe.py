@@ -1,0 +1,100 @@
+"""The imagination-only training recipe, in one place: the learning benchmark runs it, the demo runs it small.
+
+* **task pool**: one-turn tasks of a suite that need at most ``max_calls`` reference calls (the benchmark's
+  default: ``builtin/bank``, two calls: look an account up, then act on the id it returned);
+* **warm start**: supervised fine-tuning of both roles (actor turns and env-role answers) on the train
+  split's reference trajectories; for the demo, a LoRA adapter of a few MB shipped in the package
+  (:data:`WARM_ADAPTER`, written by :func:`train_warm_adapter`, ``make warm-adapter``), so the demo's
+  minutes go to reinforcement learning;
+* **RL**: EnvACE under imagination, the env role grounded on a tool log written from the train split's
+  reference trajectories (:func:`imagination_config`): no live tool call during training.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from envace_gym.agents.lm.policy import LMPolicy
+from envace_gym.agents.train.config import EnvACEConfig
+from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
+
+__all__ = ["WARM_ADAPTER", "task_pool", "imagination_config", "load_warm_adapter", "train_warm_adapter"]
+
+#: The demo's shipped warm start: a LoRA adapter over the embedded model (``adapter_model.safetensors``).
+WARM_ADAPTER = Path(__file__).parent / "data" / "warm_start"
+
+#: What the shipped adapter was trained with (``train_warm_adapter`` defaults; ``make warm-adapter``).
+ADAPTER_SETTINGS = {"suite": "builtin/bank", "max_calls": 2, "steps": 300, "lr": 1e-3, "rank": 16, "examples": 400}
+
+
+def task_pool(suite: str = "builtin/bank", max_calls: int = 2) -> list:
+    """The suite's one-turn tasks that need at most ``max_calls`` reference calls (-1: every task)."""
+    from envace_gym.suites import load_suite
+
+    tasks = load_suite(suite)
+    if max_calls < 0:
+        return list(tasks)
+    return [t for t in tasks if len(t.user_turns) == 1 and len(t.reference_calls) <= max_calls]
+
+
+def imagination_config(**overrides: Any) -> EnvACEConfig:
+    """The imagination-only recipe: EnvACE with the policy imagining every tool result (prompted, with the
+    task's reference examples), its env role supervised where the train split's tool log holds the call
+    (``tool_log="reference"``), trained by the task reward; lr 2e-5 (the embedded 135M model), temperature 0.7."""
+    base: dict[str, Any] = {"backend": "self", "tool_log": "reference", "lr": 2e-5, "temperature": 0.7}
+    return EnvACEConfig(**{**base, **overrides})
+
+
+def load_warm_adapter(policy: LMPolicy, path: str | Path = WARM_ADAPTER) -> LMPolicy:
+    """Merge the LoRA warm-start adapter at ``path`` into ``policy``'s model (in place); returns the policy."""
+    path = Path(path)
+    if not (path / "adapter_model.safetensors").is_file():
+        raise FileNotFoundError(f"{path}: no warm-start adapter (adapter_model.safetensors): make warm-adapter")
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise RuntimeError("the warm-start adapter needs the peft package: .venv/bin/pip install peft") from None
+    policy.model = PeftModel.from_pretrained(policy.model, str(path)).merge_and_unload().eval()
+    policy.engine.model = policy.model
+    policy.engine.clear()
+    return policy
+
+
+def train_warm_adapter(
+    out: str | Path = WARM_ADAPTER,
+    policy: str = "default",
+    device: str = "auto",
+    progress: bool = True,
+    **settings: Any,
+) -> dict[str, Any]:
+    """Train the warm-start LoRA adapter on the train split (both roles) and keep only the adapter at ``out``
+    (``adapter_model.safetensors``, ``adapter_config.json``, ``warm_start.json`` with the settings and
+    summary). Settings default to :data:`ADAPTER_SETTINGS`."""
+    import gymnasium as gym
+
+    s = {**ADAPTER_SETTINGS, **settings}
+    lm = LMPolicy.from_spec(policy, progress=progress).to(device)
+    pool = task_pool(s["suite"], s["max_calls"])
+    env = gym.make("EnvACE-ToolCall-v0", tasks=pool, split="train")
+    examples = build_sft_examples(env, lm, s["examples"], seed=0, progress=progress, roles=("actor", "env_role"))
+    cfg = SFTConfig(steps=s["steps"], lr=s["lr"], seed=0, lora=True, lora_rank=s["rank"], lora_alpha=2 * s["rank"])
+    t0 = time.monotonic()
+    summary = train_sft(lm, examples, cfg, None, progress=progress, adapter_dir=out)
+    info = {"settings": s, "policy": policy, "summary": summary, "seconds": round(time.monotonic() - t0, 1)}
+    (Path(out) / "warm_start.json").write_text(json.dumps(info, indent=2))
+    (Path(out) / "README.md").unlink(missing_ok=True)  # peft's model-card template: nothing of ours
+    return info
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Train the demo's warm-start LoRA adapter (make warm-adapter).")
+    parser.add_argument("--out", default=str(WARM_ADAPTER))
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--steps", type=int, default=ADAPTER_SETTINGS["steps"])
+    args = parser.parse_args()
+    print(json.dumps(train_warm_adapter(args.out, device=args.device, steps=args.steps), indent=2))
