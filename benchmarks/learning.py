@@ -343,6 +343,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="auto", help="auto (cuda when present), cpu or cuda")
     parser.add_argument("--jobs", type=int, default=1, help="(arm, seed) runs in parallel processes")
     parser.add_argument("--resume", action="store_true", help="keep finished (arm, seed) runs of --out")
+    parser.add_argument("--report-only", action="store_true", help="train nothing: tabulate the finished runs of --out")
     for key, value in DEFAULT.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=None, help=f"default {value}")
     args = parser.parse_args(argv)
@@ -372,6 +373,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    if args.report_only:
+        return report(args, arms, seeds, start=str(args.warm or out / "warm"), start_train=None, t0=t0)
     start = warm_start(args)
     print(f"start: {start}; {json.dumps({k: getattr(args, k) for k in DEFAULT})}", flush=True)
     summary_path = out / "start_train_success.json"
@@ -404,6 +407,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(
                 f"{name} seed {seed}: success {r['success']:.3f}, calls {r['calls']}, {r['train_s']:.0f} s", flush=True
             )
+    return report(args, arms, seeds, start, start_train, t0)
+
+
+def report(args, arms: list[str], seeds: list[int], start: str, start_train: float | None, t0: float) -> dict[str, Any]:
+    """Aggregate the finished (arm, seed) runs under ``--out``; write results.json, table.md, learning.png."""
+    out = Path(args.out)
+    if start_train is None and (out / "start_train_success.json").exists():
+        start_train = json.loads((out / "start_train_success.json").read_text())["success"]
     runs: dict[str, list[dict[str, Any]]] = {}
     for name in arms:
         for seed in seeds:
@@ -411,7 +422,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if path.exists():
                 runs.setdefault(name, []).append(json.loads(path.read_text()))
     results = {n: aggregate(rs) for n, rs in runs.items()}
-    report = {
+    summary = {
         "settings": {k: getattr(args, k) for k in DEFAULT},
         "device": args.device,
         "start": start,
@@ -419,13 +430,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "arms": results,
         "minutes": round((time.monotonic() - t0) / 60, 1),
     }
-    (out / "results.json").write_text(json.dumps(report, indent=2))
+    (out / "results.json").write_text(json.dumps(summary, indent=2))
     (out / "table.md").write_text(table(results) + "\n")
     if results:
         plot(results, out / "learning.png")
     print(table(results))
     print(f"total {(time.monotonic() - t0) / 60:.1f} min")
-    return report
+    return summary
 
 
 if __name__ == "__main__":
