@@ -16,7 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from .backends import Backend, ReplayBackend, ToolResult, make_backend
+from .backends import LEDGER, Backend, ReplayBackend, ToolResult, is_self_accounting, make_backend
 from .backends.spec import parse_backend_spec
 from .calls import (
     INVALID_CALL_CODES,
@@ -366,6 +366,9 @@ class ToolCallEnv(gym.Env[str, str]):
             self.messages.append({"role": "tool", "tool_call_id": call_id, "name": err.tool or "", "content": content})
             shown.append(content)
         stopped = False  # a fatal result ends the step: later calls are not run
+        # The call ledger: a backend that books its own calls (replay, imagination) knows which reached a
+        # real tool; any other backend is real, and each call that passed the checks ran on it.
+        books_live = not is_self_accounting(self.backend)
         for call in calls:
             if stopped:
                 result = ToolResult.failure(
@@ -377,6 +380,8 @@ class ToolCallEnv(gym.Env[str, str]):
                 except Exception as exc:  # a backend must not raise; contain one that does
                     message = f"backend error: {type(exc).__name__}: {exc}"
                     result = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
+                if books_live and (result.error is None or result.error.code not in INVALID_CALL_CODES):
+                    LEDGER.record("live")
             results.append(result)
             stopped = stopped or result.fatal
             if result.ok:

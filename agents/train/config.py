@@ -143,6 +143,15 @@ class EnvACEConfig:
     log_trajectories_every: int = field(
         default=5, metadata={"help": "write trajectories/step-N.jsonl every k steps (0: never)"}
     )
+    # ---- diagnostics (never used by training)
+    sim_to_real: bool = field(
+        default=False,
+        metadata={
+            "help": "diagnostic: replay each imagined training episode's actions on a fresh real backend and "
+            "report the reward they would have earned there; its calls are counted as diagnostic_calls and never "
+            "used by training"
+        },
+    )
 
     def __post_init__(self) -> None:
         choices = {
@@ -206,6 +215,11 @@ class EnvACEConfig:
         if self.env_role_reward != "task" and not (self.tool_log or self.real_fraction > 0):
             raise ValueError(
                 f"--env-role-reward {self.env_role_reward} needs known real results: --tool-log or --real-fraction"
+            )
+        if self.sim_to_real and self.backend == "real":
+            raise ValueError(
+                "--sim-to-real compares imagined episodes with real ones: it needs --backend self, "
+                "self-inline or simulator"
             )
         if self.simulator and self.backend != "simulator":
             raise ValueError("--simulator is only used with --backend simulator")

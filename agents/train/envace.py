@@ -12,6 +12,11 @@ One training step, top to bottom (:meth:`EnvACETrainer.step`):
 4. role-wise GRPO advantages; one PPO-clip update over micro-batches (token-mean over the step's tokens);
    the engine's KV caches are dropped, since the weights changed.
 
+Each step's metrics count the tool calls it spent, from the process's call ledger
+(:mod:`envace_gym.backends.ledger`): ``live_calls`` (run on a real backend during an episode),
+``logged_calls_used`` (answered from a replay cache), ``verifier_calls`` (replayed only to compute a reward)
+and ``diagnostic_calls`` (``sim_to_real``), each with its run total (``live_calls_total``, ...).
+
 Under ``accelerate launch`` (or any ``torchrun``-style launcher: ``WORLD_SIZE`` > 1) the task groups of a
 step are split across ranks, gradients are summed across ranks (each rank's loss is already divided by the
 whole step's token count), and rank 0 writes metrics and checkpoints.
@@ -35,7 +40,7 @@ from tqdm.auto import tqdm
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.rollout import Trajectory, collect, save_trajectories
-from envace_gym.backends import ToolLog
+from envace_gym.backends import LEDGER, ToolLog, charged_as
 from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal import SelfRehearsalEnv
 from envace_gym.rehearsal.prompt import is_result_shaped
@@ -44,7 +49,15 @@ from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import EnvACEConfig, config_to_toml
 from .objective import Sample, build_samples, collate, compute_advantages, grounding_loss, micro_batches, sample_loss
 
-__all__ = ["EnvACETrainer", "train_envace"]
+__all__ = ["EnvACETrainer", "train_envace", "CALL_METRICS"]
+
+#: Call-ledger kind -> the metrics key of that kind's calls in a step (``<key>_total``: in the run so far).
+CALL_METRICS = {
+    "live": "live_calls",
+    "logged": "logged_calls_used",
+    "verifier": "verifier_calls",
+    "diagnostic": "diagnostic_calls",
+}
 
 
 class _Dist:
@@ -181,6 +194,8 @@ class EnvACETrainer:
         if not self.envs:
             raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} gives rank {self.dist.rank} no task group")
         self.step_done = 0
+        self.call_totals = dict.fromkeys(CALL_METRICS.values(), 0)  # tool calls of the run so far, by kind
+        self._real_env: gym.Env | None = None  # sim_to_real's env, made on first use
         if self.out is not None and self.dist.main:
             self.out.mkdir(parents=True, exist_ok=True)
         if resume:
@@ -239,6 +254,7 @@ class EnvACETrainer:
             raise ValueError(f"{self.out}: no complete checkpoint to resume from")
         state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler)
         self.step_done = int(state["step"])
+        totals = None
         if self.dist.main:
             old = self.out / "config.toml"
             if old.exists():
@@ -250,8 +266,11 @@ class EnvACETrainer:
                 # read_jsonl drops a torn last line (the run was killed while writing it).
                 kept = [r for _, r in read_jsonl(metrics) if isinstance(r, dict) and r.get("step", 0) <= self.step_done]
                 metrics.write_text("".join(json.dumps(r) + "\n" for r in kept))
+                if kept:  # the call totals go on from the last kept step
+                    totals = {k: int(kept[-1].get(f"{k}_total", 0)) for k in self.call_totals}
             if self.step_done and metrics.exists() and metrics.stat().st_size:
                 self.plot()
+        self.call_totals = self.dist.gather(totals)[0] or self.call_totals  # rank 0 read them: every rank agrees
 
     # ------------------------------------------------------------------ one step
     def draw_tasks(self, step: int) -> list[str]:
@@ -378,16 +397,53 @@ class EnvACETrainer:
 
     def step(self, step: int) -> dict[str, Any]:
         """Rollout, score, samples, update: one training step; returns its metrics record."""
+        before = LEDGER.snapshot()
         t0 = time.monotonic()
         trajs, groups = self.rollout(step)
         rewards = self.score(trajs)
         t1 = time.monotonic()
+        real = self.sim_to_real(trajs) if self.cfg.sim_to_real else None
+        # This step's tool calls (this rank's; _metrics sums the ranks). The update runs no tool.
+        calls = {kind: n - before[kind] for kind, n in LEDGER.snapshot().items()}
+        t2 = time.monotonic()
         samples = self.samples(trajs, groups, rewards)
         stats = self.update(samples)
-        t2 = time.monotonic()
-        record = self._metrics(step, trajs, rewards, samples, stats, t1 - t0, t2 - t1)
+        t3 = time.monotonic()
+        record = self._metrics(step, trajs, rewards, samples, stats, t1 - t0, t3 - t2, calls, real)
+        if real is not None:
+            record["sim_to_real_s"] = round(t2 - t1, 2)
+        for name in CALL_METRICS.values():
+            self.call_totals[name] += record[name]
+            record[f"{name}_total"] = self.call_totals[name]
         self._write(step, record, trajs)
         return record
+
+    def sim_to_real(self, trajs: Sequence[Trajectory]) -> list[tuple[float, bool]]:
+        """Diagnostic only (``cfg.sim_to_real``): how the imagined episodes would have fared for real.
+
+        Each trajectory's assistant messages are replayed, in order, as the actions of an episode of its task on
+        a real env (one env from ``env_factory``, kept for the run; its backend is reset per episode) until that
+        episode ends. Returns each one's (real reward, real success); an episode whose actions run out first
+        (its imagined run was cut short by an unusable imagined result) earns 0. Every call made here, the
+        reward's own replays included, is booked as ``diagnostic``; nothing of it reaches the samples.
+        """
+        if self._real_env is None:
+            self._real_env = self.env_factory().unwrapped
+        env = self._real_env
+        out = []
+        with charged_as("diagnostic"):
+            for traj in trajs:
+                _, info = env.reset(seed=0, options={"task_id": traj.task_id})
+                reward, success = 0.0, False
+                # Skip the opening messages the real reset already holds (a task's history may have assistant turns).
+                actions = [m["content"] for m in traj.messages[len(info["messages"]) :] if m["role"] == "assistant"]
+                for action in actions:
+                    _, reward, terminated, truncated, info = env.step(action)
+                    if terminated or truncated:
+                        success = bool(info.get("success", False))
+                        break
+                out.append((float(reward), success))
+        return out
 
     # ------------------------------------------------------------------ the run
     def train(self) -> list[dict[str, Any]]:
@@ -444,8 +500,13 @@ class EnvACETrainer:
         return plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png")
 
     # ------------------------------------------------------------------ records
-    def _metrics(self, step, trajs, rewards, samples, stats, rollout_s, update_s) -> dict[str, Any]:
+    def _metrics(
+        self, step, trajs, rewards, samples, stats, rollout_s, update_s, calls=None, real=None
+    ) -> dict[str, Any]:
+        """The step's record; ``calls``: this rank's tool calls by ledger kind, ``real``: :meth:`sim_to_real`'s."""
+        calls = calls if calls is not None else dict.fromkeys(CALL_METRICS, 0)
         env_samples = [(s, r) for t, r in zip(trajs, rewards, strict=True) for s in t.env_role_samples]
+        diag = [(t.success, r, ok) for t, (r, ok) in zip(trajs, real, strict=True)] if real is not None else []
         local = {
             "rewards": list(rewards),
             "success": [float(t.success) for t in trajs],
@@ -461,6 +522,11 @@ class EnvACETrainer:
             "result_shaped": sum(1 for t in trajs for m in t.messages if is_result_shaped(m)),
             "grounded": sum(1 for s in samples if s.role == "grounding"),
             "trained_rows": sum(1 for s in samples if s.role != "grounding" and s.advantage != 0.0),
+            **{CALL_METRICS[kind]: n for kind, n in calls.items()},  # summed over ranks below
+            # sim_to_real: each episode's (imagined success, real reward, real success)
+            "real_rewards": [r for _, r, _ in diag],
+            "real_success": [float(ok) for _, _, ok in diag],
+            "agree": [float(ok == imagined) for imagined, _, ok in diag],
         }
         parts = self.dist.gather(local)
         merged: dict[str, Any] = {k: [] if isinstance(v, list) else 0 for k, v in local.items()}
@@ -493,6 +559,16 @@ class EnvACETrainer:
             "rollout_s": round(rollout_s, 2),
             "update_s": round(update_s, 2),
             "tokens_per_s": round(generated / rollout_s, 1) if rollout_s > 0 else 0.0,
+            **{name: merged[name] for name in CALL_METRICS.values()},
+            **(
+                {
+                    "real_reward_imagined": mean(merged["real_rewards"]),
+                    "real_success_imagined": mean(merged["real_success"]),
+                    "sim_real_agreement": mean(merged["agree"]),
+                }
+                if real is not None
+                else {}
+            ),
         }
 
     def _write(self, step: int, record: dict[str, Any], trajs: Sequence[Trajectory]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._registry import Registry
 from .base import Backend, BackendCopyError, ToolResult, replayed_state_hash, state_digest, validate_call
+from .ledger import CALL_KINDS, LEDGER, CallLedger, charged_as, is_self_accounting
 from .python import PythonBackend, Toolkit, tool
 from .replay import ReplayBackend, ReplayFileError, ToolLog, log_key
 from .spec import BackendSpec, parse_backend_spec
@@ -33,6 +34,11 @@ __all__ = [
     "register_backend",
     "make_backend",
     "backend_names",
+    "CALL_KINDS",
+    "CallLedger",
+    "LEDGER",
+    "charged_as",
+    "is_self_accounting",
 ]
 
 _BACKENDS: Registry[Backend] = Registry("backend")

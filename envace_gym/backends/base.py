@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..calls import CallError, ErrorCode, ToolCall, canonical_json
 from ..tools import ToolSpec
+from .ledger import LEDGER, is_self_accounting
 
 if TYPE_CHECKING:
     from ..tasks import Task
@@ -95,11 +96,15 @@ class BackendCopyError(RuntimeError):
 def replayed_state_hash(make_backend: Callable[[], Backend], task: Task | None, calls: Iterable[ToolCall]) -> str:
     """The state hash after replaying ``calls`` on a fresh backend from ``make_backend()``: the reference
     state of ``state_match`` (the reference calls), and the state of an episode whose results were replayed
-    or imagined (the calls that succeeded). An offline check, never an interaction with the episode."""
+    or imagined (the calls that succeeded). An offline check, never an interaction with the episode: each
+    replayed call is booked as a ``verifier`` call in the :data:`~envace_gym.backends.LEDGER`."""
     backend = make_backend()
     backend.reset(task, seed=0)
+    books = not is_self_accounting(backend)
     for call in calls:
         backend.execute(call)
+        if books:
+            LEDGER.record("verifier")
     return backend.state_hash()
 
 

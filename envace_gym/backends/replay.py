@@ -17,6 +17,7 @@ from ..calls import CallError, ErrorCode, ToolCall, canonical_json, json_value_p
 from ..jsonl import read_jsonl
 from ..tools import ToolSpec
 from .base import Backend, ToolResult, replayed_state_hash, state_digest, validate_call
+from .ledger import LEDGER, is_self_accounting
 
 if TYPE_CHECKING:
     from ..tasks import Task
@@ -158,7 +159,13 @@ class ReplayBackend:
         fallback: the backend to ask on a miss (e.g. the real one, or an imagined one).
         on_miss: ``"error"`` (a ``TOOL_EXECUTION_ERROR`` result) or ``"fallback"``.
         write_back: append what the fallback answered, so the next run replays it (recording).
+
+    It books its own calls in the call ledger (``self_accounting``): a hit is ``logged``; each call the
+    fallback executes (a miss, or keeping its state in step on a hit) is ``live``, unless the fallback books
+    its own (an imagined one).
     """
+
+    self_accounting = True
 
     def __init__(
         self, path: str | Path, fallback: Backend | None = None, on_miss: str = "error", write_back: bool = False
@@ -214,9 +221,10 @@ class ReplayBackend:
         rec = self.entries.get(key)
         if rec is not None:
             self.hits += 1
+            LEDGER.record("logged")
             result = result_from_record(call, rec)
             if self.fallback is not None:  # keep the chained backend's state in step
-                self.fallback.execute(call)
+                self._fallback_execute(call)
         else:
             self.misses += 1
             if self.on_miss == "error":
@@ -225,11 +233,19 @@ class ReplayBackend:
                     ErrorCode.TOOL_EXECUTION_ERROR,
                     f"replay miss: no cached result for {call.name} (occurrence {occurrence + 1})",
                 )
-            result = self.fallback.execute(call)  # type: ignore[union-attr]
+            result = self._fallback_execute(call)
             if self.write_back:
                 self._append(task_id, call, occurrence, result)
         if result.ok:
             self._ok_calls.append(call)
+        return result
+
+    def _fallback_execute(self, call: ToolCall) -> ToolResult:
+        """Run ``call`` on the fallback; a real one (not self-accounting) ran a live call."""
+        assert self.fallback is not None
+        result = self.fallback.execute(call)
+        if not is_self_accounting(self.fallback):
+            LEDGER.record("live")
         return result
 
     def _append(self, task_id: str, call: ToolCall, occurrence: int, result: ToolResult) -> None:

@@ -87,6 +87,8 @@ def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: Ru
         "checkpoint": f"{args.out}/ckpt-{trainer.step_done}",
         "reward_actor": last.get("reward_actor"),
         "success_actor": last.get("success_actor"),
+        # the run's tool calls by kind (see envace_gym.backends.ledger): pure imagination spends no live one
+        **{f"{name}_total": n for name, n in trainer.call_totals.items()},
     }
     if run_args.json:
         print(json.dumps(summary))
@@ -94,5 +96,10 @@ def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: Ru
         print(
             f"trained {trainer.step_done} steps; checkpoint {summary['checkpoint']} "
             f"(evaluate it with --policy ckpt:{summary['checkpoint']}); curve in {args.out}/learning_curve.png"
+        )
+        totals = trainer.call_totals
+        print(
+            f"tool calls: {totals['live_calls']} live, {totals['logged_calls_used']} logged, "
+            f"{totals['verifier_calls']} verifier (reward only), {totals['diagnostic_calls']} diagnostic"
         )
     return 0

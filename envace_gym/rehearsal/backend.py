@@ -10,6 +10,7 @@ from typing import Any
 
 from ..backends import make_backend
 from ..backends.base import Backend, ToolResult, replayed_state_hash, state_digest, validate_call
+from ..backends.ledger import LEDGER
 from ..backends.replay import ToolLog, result_from_record
 from ..calls import ErrorCode, ToolCall, canonical_json
 from ..tasks import Task
@@ -64,7 +65,13 @@ class ImaginedBackend:
             ``sample.exact`` against the logged result and, with ``log_targets``, the logged result as
             ``sample.target``; a call outside the log gets neither. The actor still sees the imagined result.
         log_targets: give logged calls a supervised target (``sample.target``).
+
+    It books its own calls in the call ledger (``self_accounting``): an imagined answer costs no tool call;
+    each shadow execution of grounded imagination is a ``live`` one, each result taken from ``log`` a
+    ``logged`` one.
     """
+
+    self_accounting = True
 
     def __init__(
         self,
@@ -201,10 +208,12 @@ class ImaginedBackend:
         keep = False
         if self._shadow is not None:
             real = self._shadow.execute(call)
+            LEDGER.record("live")
             keep = self._grounding_rng.random() < self.real_fraction
         elif self.log is not None and self.task is not None:
             rec = self.log.get(self.task.id, call.name, call.arguments, occurrence)
             if rec is not None:
+                LEDGER.record("logged")  # a recorded real result, used for training, without a live call
                 real = result_from_record(call, rec)
                 keep = self.log_targets
         if real is None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from ..backends.ledger import LEDGER
 from ..backends.replay import ToolLog
 from ..calls import ToolCall
 from .backend import ActorContext, ImaginedBackend
@@ -113,7 +114,8 @@ class RealResultImaginer:
     """An env role that answers with what the real backend returns: a perfect simulator.
 
     It keeps a shadow real backend in step with the episode. Uses: the interchangeability check (an
-    imagined run must then equal the real run), and targets for warm-starting the env role.
+    imagined run must then equal the real run), and targets for warm-starting the env role. Each answer
+    runs the real tool, so it is booked as a ``live`` call in the call ledger.
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -128,6 +130,7 @@ class RealResultImaginer:
             self._shadow = base.real_backend_for(base.task)
             self._shadow.reset(base.task, seed=0)
         result = self._shadow.execute(ToolCall(request.tool, request.arguments))
+        LEDGER.record("live")
         if request.mode == "inline":
             return _Text(result.to_message_content())
         return _Text(format_execution_result(result.payload()))

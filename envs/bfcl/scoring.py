@@ -19,6 +19,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from envace_gym.backends import LEDGER
 from envace_gym.calls import ToolCall
 
 from . import upstream
@@ -103,6 +104,7 @@ def check_multi_turn(task: Any, executed: Sequence[Sequence[ToolCall]]) -> dict[
         agent_calls = executed[turn] if turn < len(executed) else []
         model_results.extend(official_result(model.call(c.name, c.arguments)) for c in agent_calls)
         gt_results = [official_result(truth.call(c.name, c.arguments)) for c in gt_calls]
+        LEDGER.record("verifier", len(agent_calls) + len(gt_calls))  # replayed only to score the episode
         if not gt_calls:  # BFCL checks nothing on a turn whose ground truth is empty (the calls still ran)
             continue
         if not agent_calls:

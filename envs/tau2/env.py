@@ -15,7 +15,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from envace_gym.backends import LEDGER
 from envace_gym.calls import (
+    INVALID_CALL_CODES,
     ErrorCode,
     ToolCall,
     format_calls,
@@ -270,6 +272,8 @@ class Tau2Env(ToolCallEnv):
             call = ToolCall(call.name, call.arguments, f"user_call_{len(self.log.messages)}_{i}")
             world = self._user_world()
             result = world.execute_user(call)
+            if result.error is None or result.error.code not in INVALID_CALL_CODES:
+                LEDGER.record("live")  # the user's own tool ran on a real environment
             if result.ok or result.error.code == ErrorCode.TOOL_EXECUTION_ERROR:
                 logged.append(self._logged(result, "user", world))
             self._user_view.append({"role": "tool", "name": call.name, "content": result.to_message_content()})
@@ -289,6 +293,7 @@ class Tau2Env(ToolCallEnv):
         for c in calls[self._shadow_applied :]:
             if c.requestor == "assistant":  # the user's own calls ran on the shadow already
                 self._shadow.env.get_response(_runtime.tau2_call(c.id, c.name, copy.deepcopy(c.arguments), "assistant"))
+                LEDGER.record("live")  # a real execution of an imagined call, to keep the user's world in step
         self._shadow_applied = len(calls)
         return self._shadow
 

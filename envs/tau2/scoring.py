@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from envace_gym.backends import LEDGER
 from envace_gym.calls import canonical_json
 
 from . import _runtime
@@ -87,6 +88,7 @@ def replay_environment(domain: str, task: Any, calls: Sequence[LoggedCall]) -> A
     env = _runtime.fresh_environment(domain, task, history=False)  # the history's calls are in ``calls``
     for c in calls:
         env.get_response(_runtime.tau2_call(c.id, c.name, copy.deepcopy(c.arguments), c.requestor))
+        LEDGER.record("verifier")  # replayed only to score the episode
     env.sync_tools()
     return env
 
@@ -101,6 +103,7 @@ def _gold_hashes(domain: str, task_json: str) -> tuple[str | None, str | None]:
     task = _runtime._parse_task(task_json)
     env = _runtime.fresh_environment(domain, task, history=True)
     for action in task.evaluation_criteria.actions or []:
+        LEDGER.record("verifier")  # the reference state, computed once per task (cached)
         try:  # tau2 makes the gold calls without sync_tools and ignores their errors
             env.make_tool_call(action.name, requestor=action.requestor, **copy.deepcopy(action.arguments))
         except Exception:  # noqa: BLE001 - a failing gold action is tau2's data, not our error

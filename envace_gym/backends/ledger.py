@@ -1,0 +1,82 @@
+"""The call ledger: how many tool calls this process ran on real backends, and why.
+
+Training reports it per step so that "pure imagination spends no live tool call" is measured, not assumed.
+Every booking names a *kind*:
+
+* ``live``: a call executed on a real backend during an episode (the env's real backend, a replay cache's
+  fallback, the shadow real backend of grounded imagination, a scripted env role that asks the real tools);
+* ``logged``: a result taken from a recorded log (a replay cache hit, or a tool log's entry that grounds an
+  imagined call); no tool ran for it;
+* ``verifier``: a call replayed on a fresh real backend only to compute a reward (``state_match``'s reference
+  and final states); the agent never sees its result;
+* ``diagnostic``: calls made by a diagnostic that training never uses (the trainer's ``sim_to_real``).
+
+Who books: the env books ``live`` for each call its backend executed, unless the backend is
+*self-accounting* (its class sets ``self_accounting = True``: :class:`~envace_gym.backends.ReplayBackend`,
+:class:`~envace_gym.rehearsal.ImaginedBackend`), in which case the backend books its own calls, since only it
+knows which of them reached a real tool. :func:`~envace_gym.backends.replayed_state_hash` books ``verifier``.
+
+Inside ``with charged_as("diagnostic"):`` every booking made *in this thread* goes to that kind instead,
+so a diagnostic can run the ordinary env code and still be told apart. Threads started inside the block are
+not covered (the override is thread-local on purpose: rollouts step envs in worker threads concurrently).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["CALL_KINDS", "CallLedger", "LEDGER", "charged_as", "is_self_accounting"]
+
+CALL_KINDS = ("live", "logged", "verifier", "diagnostic")
+
+
+class CallLedger:
+    """Thread-safe counts of tool calls by kind (see the module docstring). Read it with :meth:`snapshot`
+    and subtract two snapshots for the calls of an interval; counts are never reset."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(CALL_KINDS, 0)
+        self._local = threading.local()  # .kind: this thread's charged_as override, if any
+
+    def record(self, kind: str, n: int = 1) -> None:
+        """Book ``n`` calls as ``kind`` (or as the kind of an enclosing :meth:`charged_as` in this thread)."""
+        if kind not in self._counts:
+            raise ValueError(f"unknown call kind {kind!r}; kinds: {', '.join(CALL_KINDS)}")
+        kind = getattr(self._local, "kind", None) or kind
+        with self._lock:
+            self._counts[kind] += n
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far, by kind (a copy)."""
+        with self._lock:
+            return dict(self._counts)
+
+    @contextmanager
+    def charged_as(self, kind: str) -> Iterator[None]:
+        """Inside the block, every booking made in this thread is booked to ``kind``."""
+        if kind not in self._counts:
+            raise ValueError(f"unknown call kind {kind!r}; kinds: {', '.join(CALL_KINDS)}")
+        outer = getattr(self._local, "kind", None)
+        self._local.kind = kind
+        try:
+            yield
+        finally:
+            self._local.kind = outer
+
+
+#: The process-wide ledger every backend and env books to.
+LEDGER = CallLedger()
+
+
+def charged_as(kind: str) -> Any:
+    """``LEDGER.charged_as(kind)``: book this thread's calls inside the block to ``kind``."""
+    return LEDGER.charged_as(kind)
+
+
+def is_self_accounting(backend: Any) -> bool:
+    """True when ``backend`` books its own calls (so the env must not book them as ``live`` again)."""
+    return bool(getattr(backend, "self_accounting", False))
