@@ -124,13 +124,21 @@ def load(spec: str, args, seed: int) -> LMPolicy:
 
 
 def warm_start(args) -> str:
-    """The shared starting checkpoint: ``--warm DIR`` if given, else trained once and kept in ``OUT/warm``."""
-    if args.warm:
+    """The shared starting checkpoint: ``--warm DIR`` if given; ``--warm adapter``: the embedded model with the
+    demo's shipped LoRA warm-start adapter merged in; else trained once (``--warm-steps`` of both roles). The
+    last two are kept in ``OUT/warm``."""
+    if args.warm and args.warm != "adapter":
         return f"ckpt:{args.warm}"
     out = Path(args.out) / "warm"
     if (out / "sft_summary.json").exists():
         return f"ckpt:{out}"
     policy = load(args.policy, args, 0)
+    if args.warm == "adapter":
+        recipe.load_warm_adapter(policy)
+        policy.save(out)
+        info = json.loads((recipe.WARM_ADAPTER / "warm_start.json").read_text())
+        (out / "sft_summary.json").write_text(json.dumps({"adapter": str(recipe.WARM_ADAPTER), **info["summary"]}))
+        return f"ckpt:{out}"
     env = env_factory(args, "train")()
     examples = build_sft_examples(env, policy, 400, seed=0, progress=False, roles=("actor", "env_role"))
     # A step count, not minutes: the starting point must not depend on how busy the machine is.
@@ -324,11 +332,13 @@ def plot(results: dict[str, Any], path: Path) -> None:
                     ax3.plot(steps, [c["fidelity_env_role"] for c in curve], label=n if not seed else None)
     ax2.set_xlabel("step")
     ax2.set_ylabel("training reward; dotted: its actions replayed for real")
-    ax2.legend(fontsize=7)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(fontsize=7)
     ax3.set_xlabel("step")
     ax3.set_ylabel("env-role fidelity to the logged/real result")
     ax3.set_ylim(0, 1)
-    ax3.legend(fontsize=7)
+    if ax3.get_legend_handles_labels()[0]:
+        ax3.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -337,7 +347,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="the GPU-sized setting")
-    parser.add_argument("--warm", default=None, help="a warm-started checkpoint folder (default: train one)")
+    parser.add_argument(
+        "--warm", default=None, help="a warm-started checkpoint folder, or 'adapter' (the demo's); default: train one"
+    )
     parser.add_argument("--policy", default="default", help="the model the warm start starts from")
     parser.add_argument("--out", default="runs/learning", help="output folder")
     parser.add_argument("--device", default="auto", help="auto (cuda when present), cpu or cuda")

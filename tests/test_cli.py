@@ -178,8 +178,8 @@ def test_flag_values_reach_the_configs_without_running():
     )
     assert (cfg.steps, cfg.bf16, args.role_list) == (3, False, ["actor", "env_role"])
 
-    _, (demo,) = parse(["demo", "--episodes", "4", "--minutes", "0.5", "--batch-size", "2", "--out", "elsewhere"])
-    assert demo == DemoConfig(episodes=4, minutes=0.5, batch_size=2, out_root="elsewhere")
+    _, (demo,) = parse(["demo", "--episodes", "4", "--warm-steps", "5", "--batch-size", "2", "--out", "elsewhere"])
+    assert demo == DemoConfig(episodes=4, warm_steps=5, batch_size=2, out_root="elsewhere")
     _, (demo,) = parse(["demo"])
     assert demo == DemoConfig() and demo.out_root == "runs"
 
@@ -248,7 +248,8 @@ def test_command_defaults_and_shared_flags():
         (["sft", "--out", "o", "--steps", "1", "--policy", "oracle"], "not a language model"),
         (["sft", "--out", "o", "--steps", "1", "--backend", "self"], "--backend must be real"),
         (["demo", "--episodes", "0"], "--episodes"),
-        (["demo", "--minutes", "-1"], "--minutes"),
+        (["demo", "--warm-steps", "0"], "--warm-steps"),
+        (["demo", "--warm", "later"], "--warm"),
         (["fidelity", "--backends", "self,real"], "--backends"),
         (["fidelity", "--episodes", "0"], "--episodes"),
     ],

@@ -195,23 +195,6 @@ def test_envace_train_cli_writes_metrics_checkpoint_plot_and_resumes(tmp_path, c
     assert "--real-fraction" in capsys.readouterr().err
 
 
-def test_demo_runs_the_envace_story_end_to_end_on_the_tiny_model(tmp_path):
-    from envace_gym.agents.demo import DemoConfig, run_demo
-
-    cfg = DemoConfig(
-        policy="tiny", minutes=0.02, episodes=2, batch_size=2, max_new_tokens=8, sft_examples=2,
-        rl_steps=1, rl_tasks=1, rl_group=2, fidelity_episodes=1, out_root=str(tmp_path),
-    )  # fmt: skip
-    run = run_demo(cfg)
-    metrics = json.loads((run / "metrics.json").read_text())
-    assert {"before", "after", "fidelity_before", "fidelity_after", "envace", "sft"} <= set(metrics)
-    assert len(metrics["envace"]) == 1 and metrics["after"]["episodes"] == 2
-    for name in ("plot.png", "transcript.md", "envace/learning_curve.png", "envace/ckpt-1/model.safetensors"):
-        assert (run / name).exists(), name
-    transcript = (run / "transcript.md").read_text()
-    assert "One imagined episode" in transcript and "One real episode" in transcript
-
-
 def test_log_grounded_training_supervises_logged_calls_and_reports_env_role_fidelity(toy):
     """--tool-log reference: the toy's reference call is in the log, so the env role's answer to it gets a
     grounding row and a fidelity score; the per-role settings are accepted and the weights move. (The actor is

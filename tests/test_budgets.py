@@ -1,0 +1,64 @@
+"""The demo and the learning benchmark count their budgets in steps and episodes, never in minutes: on a
+machine whose clock races (every reading 10 minutes after the last) they do exactly the same work."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def slow_clock(monkeypatch):
+    """Every ``time.monotonic()`` / ``time.time()`` reading is 10 minutes after the previous one."""
+    ticks = itertools.count(1_000_000.0, 600.0)
+    monkeypatch.setattr(time, "monotonic", lambda: next(ticks))
+    monkeypatch.setattr(time, "time", lambda: next(ticks))
+
+
+def test_the_demo_runs_its_steps_and_episodes_on_a_slow_clock(tmp_path, slow_clock):
+    from envace_gym.agents.demo import DemoConfig, run_demo
+
+    cfg = DemoConfig(
+        policy="tiny", warm="sft", warm_steps=3, episodes=3, batch_size=3, max_new_tokens=8, sft_examples=2,
+        rl_steps=2, rl_tasks=1, rl_group=2, fidelity_episodes=1, out_root=str(tmp_path),
+    )  # fmt: skip
+    run = run_demo(cfg)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["warm_start"]["steps"] == 3  # all warm-start steps, however late the clock says it is
+    assert [r["step"] for r in metrics["envace"]] == [1, 2]
+    assert metrics["before"]["episodes"] == metrics["after"]["episodes"] == 3
+    assert metrics["calls"]["live_calls"] == 0  # imagination only: no live tool call in training
+    assert {"reference", "none"} <= set(metrics["fidelity_before"]) and "success_ci" in metrics["after"]
+    for name in ("plot.png", "transcript.md", "envace/learning_curve.png", "envace/ckpt-2/model.safetensors"):
+        assert (run / name).exists(), name
+    transcript = (run / "transcript.md").read_text()
+    assert "One imagined episode" in transcript and "One real episode" in transcript
+
+
+def test_the_learning_benchmark_runs_its_steps_and_episodes_on_a_slow_clock(tmp_path, slow_clock):
+    spec = importlib.util.spec_from_file_location("learning_bench", ROOT / "benchmarks" / "learning.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argv = ["--policy", "tiny", "--out", str(tmp_path), "--arms", "untrained,envace-log", "--seeds", "0"]
+    argv += ["--steps", "2", "--warm-steps", "2", "--eval-episodes", "3", "--fidelity-episodes", "1"]
+    argv += ["--max-new-tokens", "8", "--device", "cpu"]
+    report = bench.main(argv)
+    arms = report["arms"]
+    assert set(arms) == {"untrained", "envace-log"}
+    assert arms["envace-log"]["episodes"] == arms["untrained"]["episodes"] == 3
+    curve = arms["envace-log"]["curves"][0]
+    assert [c["step"] for c in curve] == [1, 2] and all(c["live_calls"] == 0 for c in curve)
+    assert arms["envace-log"]["calls"]["live_calls"] == 0
+    warm = json.loads((tmp_path / "warm" / "sft_summary.json").read_text())
+    assert warm["steps"] == 2
+    assert "| envace-log | 1 |" in (tmp_path / "table.md").read_text()
+    # --resume keeps finished runs: nothing is trained again
+    again = bench.main([*argv, "--resume"])
+    assert again["arms"]["envace-log"]["curves"] == arms["envace-log"]["curves"]
