@@ -58,6 +58,8 @@ def load_warm_adapter(policy: LMPolicy, path: str | Path = WARM_ADAPTER) -> LMPo
     except ImportError:
         raise RuntimeError("the warm-start adapter needs the peft package: .venv/bin/pip install peft") from None
     policy.model = PeftModel.from_pretrained(policy.model, str(path)).merge_and_unload().eval()
+    for p in policy.model.parameters():  # peft froze the base weights; the merged model trains as a whole
+        p.requires_grad_(True)
     policy.engine.model = policy.model
     policy.engine.clear()
     return policy

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,3 +63,20 @@ def test_the_learning_benchmark_runs_its_steps_and_episodes_on_a_slow_clock(tmp_
     # --resume keeps finished runs: nothing is trained again
     again = bench.main([*argv, "--resume"])
     assert again["arms"]["envace-log"]["curves"] == arms["envace-log"]["curves"]
+
+
+def test_the_warm_start_adapter_round_trips_and_leaves_a_trainable_model(tmp_path):
+    from envace_gym.agents.lm.policy import tiny_policy
+    from envace_gym.agents.recipe import load_warm_adapter, train_warm_adapter
+
+    info = train_warm_adapter(tmp_path, policy="tiny", device="cpu", progress=False, steps=2, examples=4, lr=1e-2)
+    assert info["summary"]["steps"] == 2 and (tmp_path / "adapter_model.safetensors").stat().st_size > 0
+    policy = tiny_policy(seed=0)
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    load_warm_adapter(policy, tmp_path)
+    after = policy.model.state_dict()
+    assert before.keys() == after.keys()  # merged: a plain model again, no adapter modules
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert all(p.requires_grad for p in policy.model.parameters())  # RL can train it
+    with pytest.raises(FileNotFoundError, match="make warm-adapter"):
+        load_warm_adapter(policy, tmp_path / "missing")
