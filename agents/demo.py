@@ -9,7 +9,9 @@ The learning benchmark's imagination-only recipe (:mod:`envace_gym.agents.recipe
 3. EnvACE training **under imagination**: every training tool result is written by the model itself, its
    env role grounded on a tool log of the train split's reference results; **no live tool call**
    (``live_calls`` is counted, and printed); the sim-to-real diagnostic replays each imagined episode's
-   actions on the real backend to show how far imagined and real rewards agree (counted apart);
+   actions on the real backend to show how far imagined and real rewards agree (counted apart); dynamic
+   sampling draws more tasks while no group of the step has rewards that differ (the warm start solves
+   most train tasks every time, and an all-equal group has no gradient);
 4. evaluate and measure fidelity again, on the same test tasks;
 5. write ``runs/demo-<time>/``: trajectories (JSONL), metrics (JSON), a before/after plot with the learning
    curve, a transcript of one imagined (training) and one real (evaluation) episode, the checkpoint, and
@@ -70,6 +72,13 @@ class DemoConfig:
     rl_tasks: int = field(default=2, metadata={"help": "train tasks per EnvACE step"})
     rl_group: int = field(default=4, metadata={"help": "episodes per task (the GRPO group)"})
     rl_lr: float = field(default=2e-5, metadata={"help": "EnvACE learning rate"})
+    rl_filter_groups: int = field(
+        default=2,
+        metadata={
+            "help": "dynamic sampling: up to this many extra task draws per step while no group's rewards differ "
+            "(the warm start solves most train tasks every time, and all-equal groups teach nothing); 0: off"
+        },
+    )
     fidelity_episodes: int = field(default=6, metadata={"help": "oracle episodes of the env-role fidelity check"})
     seed: int = field(default=0, metadata={"help": "seed of the task order, sampling and training"})
     out_root: str = field(
@@ -89,6 +98,7 @@ class DemoConfig:
             "rl_tasks": (self.rl_tasks >= 1, ">= 1"),
             "rl_group": (self.rl_group >= 1, ">= 1"),
             "rl_lr": (self.rl_lr > 0, "> 0"),
+            "rl_filter_groups": (self.rl_filter_groups >= 0, ">= 0"),
             "fidelity_episodes": (self.fidelity_episodes >= 1, ">= 1"),
         }
         for name, (ok, rule) in checks.items():
@@ -158,6 +168,7 @@ def _table(before: dict[str, Any], after: dict[str, Any], fid: tuple[dict, dict]
     table.add_row("env role exact match, with / without examples", exact(fid[0]), exact(fid[1]))
     table.add_row("live tool calls during training", "", f"{calls['live_calls']:,}")
     table.add_row("logged results used (train-split log)", "", f"{calls['logged_calls_used']:,}")
+    table.add_row("training rows with a learning signal", "", f"{calls['trained_rows']:,}")
     return table
 
 
@@ -233,6 +244,7 @@ def run_demo(cfg: DemoConfig) -> Path:
         tasks_per_step=cfg.rl_tasks,
         group_size=cfg.rl_group,
         lr=cfg.rl_lr,
+        filter_groups=cfg.rl_filter_groups,
         max_new_tokens=cfg.max_new_tokens,
         seed=cfg.seed,
         save_every=cfg.rl_steps,
@@ -260,7 +272,8 @@ def run_demo(cfg: DemoConfig) -> Path:
     save_trajectories(after_trajs, run_dir / "trajectories_after.jsonl")
     fid_after = _fidelity(policy, cfg)
 
-    calls = {k: sum(r.get(k) or 0 for r in records) for k in ("live_calls", "logged_calls_used", "diagnostic_calls")}
+    keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "trained_rows")
+    calls = {k: sum(r.get(k) or 0 for r in records) for k in keys}
     metrics = {
         "config": asdict(cfg),
         "warm_start": warm,

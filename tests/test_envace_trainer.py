@@ -216,3 +216,25 @@ def test_log_grounded_training_supervises_logged_calls_and_reports_env_role_fide
     assert record["result_shaped_actor"] == 0.0  # the oracle writes calls and answers only
     assert stats["grounding_loss"] > 0
     assert any(not torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
+
+
+@pytest.mark.parametrize("filter_groups", [0, 2])
+def test_filter_groups_draws_again_until_a_group_has_spread_and_trains_on_those_only(toy, filter_groups):
+    """Dynamic sampling: the first draw's group is all ones (no gradient); with filter_groups the step draws
+    again, keeps the group whose rewards differ, and trains on it alone."""
+    make, start, _ = toy
+    cfg = _config(backend="real", steps=1, group_size=4, filter_groups=filter_groups)
+    trainer = EnvACETrainer(_fresh(start), make, cfg, progress=False)
+    scripted = iter([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    trainer.score = lambda trajs: next(scripted)
+    seen = []
+    build = trainer.samples
+    trainer.samples = lambda trajs, groups, rewards: seen.append(list(groups)) or build(trajs, groups, rewards)
+    (record,) = trainer.train()
+    if filter_groups:
+        assert record["rollout_batches"] == 2 and record["groups_with_spread"] == 1
+        assert seen == [["s1b1g0"] * 4] and record["trained_rows"] > 0  # the all-ones group is left out
+    else:
+        assert record["rollout_batches"] == 1 and record["groups_with_spread"] == 0
+        assert seen == [["s1g0"] * 4]
+    assert record["n_actor"] == 4 * record["rollout_batches"]  # metrics count every episode played

@@ -98,6 +98,14 @@ class EnvACEConfig:
     steps: int = field(default=20, metadata={"help": "training steps (one rollout + one update each)"})
     tasks_per_step: int = field(default=4, metadata={"help": "train tasks drawn per step"})
     group_size: int = field(default=4, metadata={"help": "episodes per task (the GRPO group)"})
+    filter_groups: int = field(
+        default=0,
+        metadata={
+            "help": "dynamic sampling (DAPO; verl's algorithm.filter_groups): while fewer than --tasks-per-step "
+            "groups have rewards that differ, play up to this many extra draws of tasks, and train on the groups "
+            "that differ only (an all-equal group has no policy gradient); 0: off"
+        },
+    )
     # ---- the objective
     lr: float = field(default=1e-6, metadata={"help": "AdamW learning rate"})
     warmup_steps: int = field(default=0, metadata={"help": "linear learning-rate warm-up steps"})
@@ -169,6 +177,7 @@ class EnvACEConfig:
             "steps": self.steps >= 1,
             "tasks_per_step": self.tasks_per_step >= 1,
             "group_size": self.group_size >= 1,
+            "filter_groups": self.filter_groups >= 0,
             "lr": self.lr > 0,
             "warmup_steps": self.warmup_steps >= 0,
             "weight_decay": self.weight_decay >= 0,

@@ -273,22 +273,25 @@ class EnvACETrainer:
         self.call_totals = self.dist.gather(totals)[0] or self.call_totals  # rank 0 read them: every rank agrees
 
     # ------------------------------------------------------------------ one step
-    def draw_tasks(self, step: int) -> list[str]:
-        """The step's task ids, one per group (every rank draws the same ones, each plays its share)."""
-        rng = random.Random(self.cfg.seed * 1_000_003 + step)
+    def draw_tasks(self, step: int, batch: int = 0) -> list[str]:
+        """The step's task ids, one per group (every rank draws the same ones, each plays its share); ``batch``
+        > 0: the step's extra draws under ``filter_groups``."""
+        rng = random.Random(self.cfg.seed * 1_000_003 + step + batch * 7_777_777)
         k = self.cfg.tasks_per_step
         if k <= len(self.pool):
             return [t.id for t in rng.sample(self.pool, k)]
         return [rng.choice(self.pool).id for _ in range(k)]
 
-    def rollout(self, step: int) -> tuple[list[Trajectory], list[str]]:
-        """Play this rank's groups of the step; returns the trajectories and each one's group key."""
+    def rollout(self, step: int, batch: int = 0) -> tuple[list[Trajectory], list[str]]:
+        """Play this rank's groups of the step (``batch`` > 0: an extra draw); returns the trajectories and
+        each one's group key."""
         cfg = self.cfg
-        drawn = self.draw_tasks(step)
+        drawn = self.draw_tasks(step, batch)
         mine = list(range(self.dist.rank, cfg.tasks_per_step, self.dist.world))
         task_ids = [drawn[g] for g in mine for _ in range(cfg.group_size)]
-        groups = [f"s{step}g{g}" for g in mine for _ in range(cfg.group_size)]
-        seed = cfg.seed * 1_000_003 + step * 7919 + self.dist.rank * 101
+        tag = f"s{step}" if batch == 0 else f"s{step}b{batch}"
+        groups = [f"{tag}g{g}" for g in mine for _ in range(cfg.group_size)]
+        seed = cfg.seed * 1_000_003 + step * 7919 + self.dist.rank * 101 + batch * 104_729
         sampling = SamplingConfig(cfg.temperature, cfg.top_p, cfg.max_new_tokens, seed=seed)
         self.policy.reseed(seed)
         if self.simulator is not None:
@@ -401,15 +404,25 @@ class EnvACETrainer:
         t0 = time.monotonic()
         trajs, groups = self.rollout(step)
         rewards = self.score(trajs)
+        # Dynamic sampling: more draws while too few of this rank's groups have rewards that differ.
+        wanted = len(range(self.dist.rank, self.cfg.tasks_per_step, self.dist.world))
+        batches = 1
+        while batches <= self.cfg.filter_groups and len(_spread_groups(groups, rewards)) < wanted:
+            more, more_groups = self.rollout(step, batches)
+            trajs, groups, rewards = trajs + more, groups + more_groups, rewards + self.score(more)
+            batches += 1
         t1 = time.monotonic()
         real = self.sim_to_real(trajs) if self.cfg.sim_to_real else None
         # This step's tool calls (this rank's; _metrics sums the ranks). The update runs no tool.
         calls = {kind: n - before[kind] for kind, n in LEDGER.snapshot().items()}
         t2 = time.monotonic()
-        samples = self.samples(trajs, groups, rewards)
+        kept = _spread_groups(groups, rewards) if self.cfg.filter_groups else set(groups)
+        rows = [i for i, g in enumerate(groups) if g in kept]
+        samples = self.samples([trajs[i] for i in rows], [groups[i] for i in rows], [rewards[i] for i in rows])
         stats = self.update(samples)
         t3 = time.monotonic()
         record = self._metrics(step, trajs, rewards, samples, stats, t1 - t0, t3 - t2, calls, real)
+        record["rollout_batches"], record["groups_with_spread"] = batches, len(_spread_groups(groups, rewards))
         if real is not None:
             record["sim_to_real_s"] = round(t2 - t1, 2)
         for name in CALL_METRICS.values():
@@ -580,6 +593,15 @@ class EnvACETrainer:
             fh.write(json.dumps(record) + "\n")
         if gathered is not None:
             save_trajectories([t for part in gathered for t in part], self.out / "trajectories" / f"step-{step}.jsonl")
+
+
+def _spread_groups(groups: Sequence[str], rewards: Sequence[float]) -> set[str]:
+    """The groups whose rewards are not all equal: the only ones with a policy gradient (an all-equal group's
+    advantages are all 0)."""
+    seen: dict[str, set[float]] = {}
+    for g, r in zip(groups, rewards, strict=True):
+        seen.setdefault(g, set()).add(r)
+    return {g for g, rs in seen.items() if len(rs) > 1}
 
 
 def _frozen(model: Any) -> Any:
