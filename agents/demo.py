@@ -9,9 +9,9 @@ The learning benchmark's imagination-only recipe (:mod:`envace_gym.agents.recipe
 3. EnvACE training **under imagination**: every training tool result is written by the model itself, its
    env role grounded on a tool log of the train split's reference results; **no live tool call**
    (``live_calls`` is counted, and printed); the sim-to-real diagnostic replays each imagined episode's
-   actions on the real backend to show how far imagined and real rewards agree (counted apart); dynamic
-   sampling draws more tasks while no group of the step has rewards that differ (the warm start solves
-   most train tasks every time, and an all-equal group has no gradient);
+   actions on the real backend to show how far imagined and real rewards agree (counted apart); the table
+   says how many training rows had a learning signal (a group whose rewards all agree has none;
+   ``--rl-filter-groups N`` draws more tasks while no group's rewards differ);
 4. evaluate and measure fidelity again, on the same test tasks;
 5. write ``runs/demo-<time>/``: trajectories (JSONL), metrics (JSON), a before/after plot with the learning
    curve, a transcript of one imagined (training) and one real (evaluation) episode, the checkpoint, and
@@ -73,10 +73,10 @@ class DemoConfig:
     rl_group: int = field(default=4, metadata={"help": "episodes per task (the GRPO group)"})
     rl_lr: float = field(default=2e-5, metadata={"help": "EnvACE learning rate"})
     rl_filter_groups: int = field(
-        default=2,
+        default=0,
         metadata={
             "help": "dynamic sampling: up to this many extra task draws per step while no group's rewards differ "
-            "(the warm start solves most train tasks every time, and all-equal groups teach nothing); 0: off"
+            "(all-equal groups teach nothing); 0: off"
         },
     )
     fidelity_episodes: int = field(default=6, metadata={"help": "oracle episodes of the env-role fidelity check"})
