@@ -422,7 +422,9 @@ class EnvACETrainer:
         stats = self.update(samples)
         t3 = time.monotonic()
         record = self._metrics(step, trajs, rewards, samples, stats, t1 - t0, t3 - t2, calls, real)
-        record["rollout_batches"], record["groups_with_spread"] = batches, len(_spread_groups(groups, rewards))
+        # Summed over ranks (each rank draws again on its own), so every rank writes the same record.
+        record["rollout_batches"] = int(self.dist.sum(batches))
+        record["groups_with_spread"] = int(self.dist.sum(len(_spread_groups(groups, rewards))))
         if real is not None:
             record["sim_to_real_s"] = round(t2 - t1, 2)
         for name in CALL_METRICS.values():
