@@ -38,7 +38,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 # The demo's warm start (agents/data/warm_start/, a LoRA adapter of a few MB): 300 supervised steps of both
-# roles on builtin/bank train tasks. Minutes on a GPU, about an hour on 2 CPU cores.
+# roles on builtin/bank train tasks: 163 s on an H200 (shared with other jobs); not timed on a CPU (hours).
 warm-adapter: setup
 	HF_HUB_OFFLINE=1 $(PY) -m envace_gym.agents.recipe --device auto
 
