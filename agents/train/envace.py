@@ -229,13 +229,9 @@ class EnvACETrainer:
         """The env role's grounding log (``--tool-log``): written from the train pool's reference trajectories
         (``reference``), or read from a file, which must hold no task of the test split."""
         if self.cfg.tool_log == "reference":
-            if self.out is not None:
-                path = self.out / "tool_log.jsonl"
-            else:
-                import tempfile
-
-                path = Path(tempfile.mkdtemp(prefix="envace-log-")) / "tool_log.jsonl"
-            return ToolLog.from_reference(self.pool, path)
+            # Rank 0 keeps a copy in the run folder; every rank builds the same log in memory.
+            keep = self.out is not None and self.dist.main
+            return ToolLog.from_reference(self.pool, self.out / "tool_log.jsonl" if keep else None)
         log = ToolLog.load(self.cfg.tool_log)
         test_ids = {t.id for t in suite if t.split == "test"}
         leaked = sorted(log.task_ids & test_ids)

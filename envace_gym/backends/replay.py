@@ -114,30 +114,30 @@ class ToolLog:
         return cls(entries, path)
 
     @staticmethod
-    def from_reference(tasks: Sequence[Task], path: str | Path) -> ToolLog:
-        """Write the reference trajectories' calls and real results of ``tasks`` to ``path`` and return the log
-        (occurrences counted per task, in reference order)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def from_reference(tasks: Sequence[Task], path: str | Path | None = None) -> ToolLog:
+        """The log of ``tasks``' reference trajectories (their calls and recorded real results; occurrences
+        counted per task, in reference order), written to ``path`` unless it is None."""
         entries: dict[str, dict[str, Any]] = {}
-        with path.open("w", encoding="utf-8") as fh:
-            for task in tasks:
-                seen: dict[str, int] = {}
-                for ref in task.reference_calls:
-                    base = canonical_json([ref.name, ref.arguments])
-                    occurrence = seen.get(base, 0)
-                    seen[base] = occurrence + 1
-                    rec = {
-                        "task_id": task.id,
-                        "name": ref.name,
-                        "arguments": ref.arguments,
-                        "occurrence": occurrence,
-                        "ok": True,
-                        "payload": ref.result,
-                    }
-                    entries[log_key(task.id, ref.name, ref.arguments, occurrence)] = rec
-                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        return ToolLog(entries, path)
+        for task in tasks:
+            seen: dict[str, int] = {}
+            for ref in task.reference_calls:
+                base = canonical_json([ref.name, ref.arguments])
+                occurrence = seen.get(base, 0)
+                seen[base] = occurrence + 1
+                rec = {
+                    "task_id": task.id,
+                    "name": ref.name,
+                    "arguments": ref.arguments,
+                    "occurrence": occurrence,
+                    "ok": True,
+                    "payload": ref.result,
+                }
+                entries[log_key(task.id, ref.name, ref.arguments, occurrence)] = rec
+        if path is not None:
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in entries.values()))
+        return ToolLog(entries, Path(path) if path is not None else None)
 
     def get(self, task_id: str, name: str, arguments: dict[str, Any], occurrence: int) -> dict[str, Any] | None:
         """The entry for that call, or None."""
