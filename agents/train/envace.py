@@ -347,7 +347,7 @@ class EnvACETrainer:
         # Rows with advantage 0 add nothing to the policy gradient; without KL they need no forward pass.
         active = [s for s in rl if (s.advantage != 0.0 and weight[s.role] > 0) or kl_coef[s.role] > 0]
         self.model.train()
-        stats = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "grounding_loss": 0.0, "grad_norm": 0.0}
+        stats = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "grounding_loss": 0.0, "grad_norm": 0.0, "loss": 0.0}
         pad = self.policy.engine.pad_id
         for _ in range(cfg.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
@@ -369,6 +369,7 @@ class EnvACETrainer:
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"EnvACE loss became {loss.item()}; lower --lr")
                 loss.backward()
+                stats["loss"] += loss.item()  # what is minimised: role weights and per-role KL included
                 stats["pg_loss"] += parts.pg.item() / max(n_rl, 1.0)
                 stats["kl"] += parts.kl.item() / max(n_rl, 1.0)
                 clipped += parts.clipped
@@ -384,10 +385,9 @@ class EnvACETrainer:
             self.optimizer.step()
             stats["clip_frac"] = self.dist.sum(clipped) / max(n_rl, 1.0)
         self.scheduler.step()
-        for key in ("pg_loss", "kl", "grounding_loss"):
+        for key in ("pg_loss", "kl", "grounding_loss", "loss"):
             stats[key] = self.dist.sum(stats[key]) / cfg.ppo_epochs
-        # pg_loss and kl are reported unweighted; loss is what was minimised only when no role weight is set.
-        stats["loss"] = stats["pg_loss"] + cfg.kl_coef * stats["kl"] + cfg.grounding_coef * stats["grounding_loss"]
+        stats["loss"] += cfg.grounding_coef * stats["grounding_loss"]  # pg_loss and kl: unweighted, all roles
         self.policy.engine.clear()  # its caches hold keys and values of the old weights
         if hasattr(self.policy.engine, "sync_weights"):  # e.g. a vLLM engine: push the new weights
             self.policy.engine.sync_weights(self.policy.model)
@@ -412,7 +412,8 @@ class EnvACETrainer:
         # This step's tool calls (this rank's; _metrics sums the ranks). The update runs no tool.
         calls = {kind: n - before[kind] for kind, n in LEDGER.snapshot().items()}
         t2 = time.monotonic()
-        kept = _spread_groups(groups, rewards) if self.cfg.filter_groups else set(groups)
+        spread = _spread_groups(groups, rewards)
+        kept = spread if self.cfg.filter_groups else set(groups)
         rows = [i for i, g in enumerate(groups) if g in kept]
         samples = self.samples([trajs[i] for i in rows], [groups[i] for i in rows], [rewards[i] for i in rows])
         stats = self.update(samples)
@@ -420,7 +421,7 @@ class EnvACETrainer:
         record = self._metrics(step, trajs, rewards, samples, stats, t1 - t0, t3 - t2, calls, real)
         # Summed over ranks (each rank draws again on its own), so every rank writes the same record.
         record["rollout_batches"] = int(self.dist.sum(batches))
-        record["groups_with_spread"] = int(self.dist.sum(len(_spread_groups(groups, rewards))))
+        record["groups_with_spread"] = int(self.dist.sum(len(spread)))
         if real is not None:
             record["sim_to_real_s"] = round(t2 - t1, 2)
         for name in CALL_METRICS.values():

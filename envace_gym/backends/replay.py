@@ -22,7 +22,7 @@ from .ledger import LEDGER, is_self_accounting
 if TYPE_CHECKING:
     from ..tasks import Task
 
-__all__ = ["ReplayBackend", "ReplayFileError", "ToolLog", "log_key", "result_from_record"]
+__all__ = ["ReplayBackend", "ReplayFileError", "ToolLog", "log_key", "next_occurrence", "result_from_record"]
 
 
 class ReplayFileError(ValueError):
@@ -54,6 +54,15 @@ def _record_problem(rec: Any) -> str | None:
         return f"ok must be true or false, got {rec['ok']!r}"
     problem = json_value_problem([rec["arguments"], rec["payload"]])
     return f"the entry holds {problem}" if problem else None
+
+
+def next_occurrence(seen: dict[str, int], name: str, arguments: dict[str, Any]) -> int:
+    """The occurrence (from 0) of this ``name(arguments)`` call in an episode, counted in ``seen`` (updated):
+    the last part of a log key, so that the n-th identical call replays the n-th recorded result."""
+    base = canonical_json([name, arguments])
+    occurrence = seen.get(base, 0)
+    seen[base] = occurrence + 1
+    return occurrence
 
 
 def result_from_record(call: ToolCall, rec: dict[str, Any]) -> ToolResult:
@@ -121,9 +130,7 @@ class ToolLog:
         for task in tasks:
             seen: dict[str, int] = {}
             for ref in task.reference_calls:
-                base = canonical_json([ref.name, ref.arguments])
-                occurrence = seen.get(base, 0)
-                seen[base] = occurrence + 1
+                occurrence = next_occurrence(seen, ref.name, ref.arguments)
                 rec = {
                     "task_id": task.id,
                     "name": ref.name,
@@ -214,9 +221,7 @@ class ReplayBackend:
         if error is not None:
             return ToolResult(call, None, error)
         task_id = self.task.id if self.task is not None else ""
-        base = canonical_json([call.name, call.arguments])
-        occurrence = self._seen.get(base, 0)
-        self._seen[base] = occurrence + 1
+        occurrence = next_occurrence(self._seen, call.name, call.arguments)
         key = log_key(task_id, call.name, call.arguments, occurrence)
         rec = self.entries.get(key)
         if rec is not None:

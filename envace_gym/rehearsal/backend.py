@@ -11,8 +11,8 @@ from typing import Any
 from ..backends import make_backend
 from ..backends.base import Backend, ToolResult, replayed_state_hash, state_digest, validate_call
 from ..backends.ledger import LEDGER
-from ..backends.replay import ToolLog, result_from_record
-from ..calls import ErrorCode, ToolCall, canonical_json
+from ..backends.replay import ToolLog, next_occurrence, result_from_record
+from ..calls import ErrorCode, ToolCall
 from ..tasks import Task
 from ..tools import ToolSpec
 from .fidelity import result_fidelity
@@ -201,9 +201,7 @@ class ImaginedBackend:
         shadow backend of grounded imagination) or logged (``log``): ``sample.exact``/``sample.fidelity``, and
         maybe the real result as ``sample.target`` (written as the env role should have written it, ending as
         its generation ended: ``stop_text``)."""
-        base = canonical_json([call.name, call.arguments])
-        occurrence = self._occurrences.get(base, 0)
-        self._occurrences[base] = occurrence + 1
+        occurrence = next_occurrence(self._occurrences, call.name, call.arguments)
         real = None
         keep = False
         if self._shadow is not None:
