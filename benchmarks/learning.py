@@ -81,6 +81,7 @@ DEFAULT = {
     "temperature": 0.7,
     "max_new_tokens": 64,
     "eval_episodes": 64,
+    "train_episodes": 96,
     "fidelity_episodes": 12,
     "warm_steps": 60,
     "seeds": "0,1,2",
@@ -148,11 +149,29 @@ def warm_start(args) -> str:
     return f"ckpt:{out}"
 
 
-def train_success(policy: LMPolicy, args, episodes: int = 32) -> float:
-    """The start's greedy success on train tasks: what the setting is chosen on (never the test split)."""
+def by_kind(report: Any, args) -> dict[str, list[int]]:
+    """``{task kind: [wins, episodes]}`` of an evaluation: which kinds of task fail (the bank's kinds: balance,
+    both_balances, my_balance, ...)."""
+    kind = {t.id: t.metadata.get("kind", t.domain) for t in task_pool(args)}
+    tally: dict[str, list[int]] = {}
+    for t in report.trajectories:
+        counts = tally.setdefault(kind.get(t.episode.task_id, "?"), [0, 0])
+        counts[0] += int(t.success)
+        counts[1] += 1
+    return dict(sorted(tally.items()))
+
+
+def train_success(policy: LMPolicy, args) -> dict[str, Any]:
+    """The start's greedy success on train tasks, overall and by task kind: what the setting is chosen on
+    (never the test split)."""
     policy.sampling = SamplingConfig(0.0, 1.0, args.max_new_tokens, 0)
     envs = [env_factory(args, "train")() for _ in range(16)]
-    return evaluate(envs, policy, episodes, seed=0, progress=False, desc="train").summary()["success_rate"]
+    report = evaluate(envs[: args.train_episodes], policy, args.train_episodes, seed=0, progress=False, desc="train")
+    return {
+        "success": report.summary()["success_rate"],
+        "episodes": args.train_episodes,
+        "by_kind": by_kind(report, args),
+    }
 
 
 def measure(policy: LMPolicy, args, seed: int) -> dict[str, Any]:
@@ -181,6 +200,7 @@ def measure(policy: LMPolicy, args, seed: int) -> dict[str, Any]:
         "valid_call_rate": s["valid_call_rate"],
         "result_shaped": sum(map(is_result_shaped, turns)) / len(turns) if turns else 0.0,
         "episodes": len(report.trajectories),
+        "by_kind": by_kind(report, args),
         "fidelity": fidelity,
     }
 
@@ -260,6 +280,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "valid_call_rate": _mean([r["valid_call_rate"] or 0 for r in runs]),
         "result_shaped": _mean([r["result_shaped"] for r in runs]),
         "fidelity": fid,
+        "by_kind": _sum_kinds([r["by_kind"] for r in runs if "by_kind" in r]),
+        "by_kind_seeds": sum(1 for r in runs if "by_kind" in r),
         "calls": {k: sum(r["calls"].get(k, 0) for r in runs) // len(runs) for k in runs[0]["calls"]},
         "sim_real_agreement": _mean([r.get("sim_real_agreement") for r in runs]),
         "real_reward_imagined": _mean([r.get("real_reward_imagined") for r in runs]),
@@ -269,6 +291,31 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "seeds": len(runs),
         "curves": [r.get("curve", []) for r in runs],
     }
+
+
+def _sum_kinds(tallies: list[dict[str, list[int]]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for tally in tallies:
+        for kind, (wins, n) in tally.items():
+            counts = out.setdefault(kind, [0, 0])
+            counts[0] += wins
+            counts[1] += n
+    return dict(sorted(out.items()))
+
+
+def kind_table(results: dict[str, Any], start_train: dict[str, list[int]] | None) -> str:
+    """Wins / episodes by task kind: the start on train tasks, then each arm on test tasks (the seeds that
+    recorded kinds)."""
+    columns = [("start, train tasks", start_train)] if start_train else []
+    columns += [(f"{n}, test ({r['by_kind_seeds']} seeds)", r["by_kind"]) for n, r in results.items() if r["by_kind"]]
+    if not columns:
+        return ""
+    kinds = sorted({k for _, tally in columns for k in tally})
+    lines = ["| task kind | " + " | ".join(c for c, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for kind in kinds:
+        cells = [f"{t[kind][0]}/{t[kind][1]}" if kind in t else "-" for _, t in columns]
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _pct(x: float | None) -> str:
@@ -391,11 +438,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"start: {start}; {json.dumps({k: getattr(args, k) for k in DEFAULT})}", flush=True)
     summary_path = out / "start_train_success.json"
     if args.resume and summary_path.exists():
-        start_train = json.loads(summary_path.read_text())["success"]
+        start_train = json.loads(summary_path.read_text())
     else:
         start_train = train_success(load(start, args, 0), args)
-        summary_path.write_text(json.dumps({"success": start_train}))
-    print(f"start's success on 32 train tasks (greedy): {start_train:.3f}", flush=True)
+        summary_path.write_text(json.dumps(start_train))
+    print(f"start's greedy success on train tasks: {start_train}", flush=True)
     todo = [
         (n, s) for n in arms for s in seeds if not (args.resume and (out / f"{n}-seed{s}" / "result.json").exists())
     ]
@@ -422,11 +469,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return report(args, arms, seeds, start, start_train, t0)
 
 
-def report(args, arms: list[str], seeds: list[int], start: str, start_train: float | None, t0: float) -> dict[str, Any]:
+def report(
+    args, arms: list[str], seeds: list[int], start: str, start_train: dict[str, Any] | None, t0: float
+) -> dict[str, Any]:
     """Aggregate the finished (arm, seed) runs under ``--out``; write results.json, table.md, learning.png."""
     out = Path(args.out)
     if start_train is None and (out / "start_train_success.json").exists():
-        start_train = json.loads((out / "start_train_success.json").read_text())["success"]
+        start_train = json.loads((out / "start_train_success.json").read_text())
+    start_train = start_train or {}
     runs: dict[str, list[dict[str, Any]]] = {}
     for name in arms:
         for seed in seeds:
@@ -438,15 +488,17 @@ def report(args, arms: list[str], seeds: list[int], start: str, start_train: flo
         "settings": {k: getattr(args, k) for k in DEFAULT},
         "device": args.device,
         "start": start,
-        "start_train_success": start_train,
+        "start_train_success": start_train.get("success"),
+        "start_train_by_kind": start_train.get("by_kind"),
         "arms": results,
         "minutes": round((time.monotonic() - t0) / 60, 1),
     }
     (out / "results.json").write_text(json.dumps(summary, indent=2))
-    (out / "table.md").write_text(table(results) + "\n")
+    text = table(results) + "\n\n" + kind_table(results, start_train.get("by_kind"))
+    (out / "table.md").write_text(text + "\n")
     if results:
         plot(results, out / "learning.png")
-    print(table(results))
+    print(text)
     print(f"total {(time.monotonic() - t0) / 60:.1f} min")
     return summary
 

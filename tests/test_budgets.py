@@ -49,6 +49,7 @@ def test_the_learning_benchmark_runs_its_steps_and_episodes_on_a_slow_clock(tmp_
     spec.loader.exec_module(bench)
     argv = ["--policy", "tiny", "--out", str(tmp_path), "--arms", "untrained,envace-log", "--seeds", "0"]
     argv += ["--steps", "2", "--warm-steps", "2", "--eval-episodes", "3", "--fidelity-episodes", "1"]
+    argv += ["--train-episodes", "4"]
     argv += ["--max-new-tokens", "8", "--device", "cpu"]
     report = bench.main(argv)
     arms = report["arms"]
@@ -59,7 +60,12 @@ def test_the_learning_benchmark_runs_its_steps_and_episodes_on_a_slow_clock(tmp_
     assert arms["envace-log"]["calls"]["live_calls"] == 0
     warm = json.loads((tmp_path / "warm" / "sft_summary.json").read_text())
     assert warm["steps"] == 2
-    assert "| envace-log | 1 |" in (tmp_path / "table.md").read_text()
+    table = (tmp_path / "table.md").read_text()
+    assert "| envace-log | 1 |" in table
+    # where the failures are: wins/episodes by task kind, the start on train tasks and each arm on test tasks
+    assert sum(n for _, n in report["start_train_by_kind"].values()) == 4
+    assert sum(n for _, n in arms["untrained"]["by_kind"].values()) == 3
+    assert "| task kind | start, train tasks | untrained, test (1 seeds) |" in table
     # --resume keeps finished runs: nothing is trained again
     again = bench.main([*argv, "--resume"])
     assert again["arms"]["envace-log"]["curves"] == arms["envace-log"]["curves"]
