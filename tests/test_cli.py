@@ -336,3 +336,34 @@ def test_train_flags_are_envace_config_fields_and_reach_it():
     assert env.split == "train" and args.out == "o" and not args.resume
     _, (_, _, cfg, _) = parse(["train", "--out", "o", "--real-fraction", "0.25"])
     assert cfg.backend == "self" and cfg.real_fraction == 0.25
+
+
+def test_train_config_file_then_the_flags_main_was_given(tmp_path, monkeypatch):
+    """``main(argv)`` from Python: the flags in ``argv`` (not ``sys.argv``) override ``--config``'s keys."""
+    import envace_gym.agents.train.envace as envace
+    from envace_gym.cli import train_cmd
+
+    seen = {}
+
+    class StopBeforeTraining(Exception):
+        pass
+
+    def trainer(policy, env_factory, cfg, out, **kwargs):
+        seen["cfg"] = cfg
+        raise StopBeforeTraining
+
+    monkeypatch.setattr(train_cmd, "load_lm", lambda *args, **kwargs: None)
+    monkeypatch.setattr(envace, "EnvACETrainer", trainer)
+    monkeypatch.setattr("sys.argv", ["envace"])  # what pytest's own argv would otherwise be read as
+    path = tmp_path / "run.toml"
+    path.write_text('lr = 2e-5\nsteps = 3\nbackend = "real"\ntrain_env_role = false\n')
+    argv = ["train", "--suite", "builtin/bank", "--out", str(tmp_path / "run"), "--config", str(path)]
+    with pytest.raises(StopBeforeTraining):
+        main([*argv, "--lr", "1e-5", "--backend", "self", "--train-env-role"])
+    cfg = seen["cfg"]
+    assert (cfg.lr, cfg.backend, cfg.train_env_role, cfg.steps) == (1e-5, "self", True, 3)
+    _, (_, _, cfg, _) = parse(argv)  # the file alone: its keys over the dataclass defaults
+    assert (cfg.lr, cfg.backend, cfg.train_env_role, cfg.steps, cfg.group_size) == (2e-5, "real", False, 3, 4)
+    path.write_text("lr = 2e-5\nlearning_rate = 1.0\n")
+    with pytest.raises(ValueError, match="learning_rate"):
+        parse(argv)

@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BACKENDS", "ENV_ROLE_REWARDS", "REWARDS", "SCALE_REWARDS", "EnvACEConfig", "config_to_toml", "load_config"]
+__all__ = [
+    "BACKENDS",
+    "ENV_ROLE_REWARDS",
+    "REWARDS",
+    "SCALE_REWARDS",
+    "EnvACEConfig",
+    "config_to_toml",
+    "load_config",
+    "read_config_values",
+]
 
 BACKENDS = ("self", "self-inline", "real", "simulator")
 REWARDS = ("env", "checklist")
@@ -274,6 +283,13 @@ def load_config(path: str | Path, table: str | None = None, **overrides: Any) ->
 
     An unknown key is an error that names the file and the key.
     """
+    return EnvACEConfig(**{**read_config_values(path, table), **overrides})
+
+
+def read_config_values(path: str | Path, table: str | None = None) -> dict[str, Any]:
+    """The :class:`EnvACEConfig` keys a TOML file sets (its top level, or ``[table]``), not yet checked
+    together: ``envace train --config`` lays command-line flags over them first. An unknown key is an error
+    that names the file and the key."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -287,6 +303,4 @@ def load_config(path: str | Path, table: str | None = None, **overrides: Any) ->
     unknown = sorted(k for k in data if k not in known and not isinstance(data[k], dict))
     if unknown:
         raise ValueError(f"{path}: unknown EnvACEConfig key(s) {', '.join(unknown)}")
-    values = {k: v for k, v in data.items() if k in known}
-    values.update(overrides)
-    return EnvACEConfig(**values)
+    return {k: v for k, v in data.items() if k in known}

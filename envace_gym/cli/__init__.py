@@ -13,7 +13,10 @@ Configs drive the CLI. A command is a module here with
   several commands are declared once in :mod:`.common` (``EnvArgs``, ``BackendArgs``, ``RunArgs``,
   ``SamplingArgs``); a field in two of a command's dataclasses is one flag filling both;
 * ``run(*configs) -> int``: called with one instance of each of ``CONFIGS``, in order; returns the exit
-  status.
+  status;
+* optionally ``file_defaults(ns) -> dict``: flag defaults read from a file the parsed flags name (``envace
+  train --config FILE.toml``); :func:`parse` parses again with them as defaults, so a flag given in ``argv``
+  wins over the file and the file over the dataclass default.
 
 and one line in :data:`COMMANDS` (name -> module, one-line help). Modules are imported only when their
 command runs, so ``envace list`` does not import torch. For example ``envace train`` is ``train_cmd.py`` with
@@ -75,10 +78,13 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+
+
 def command_parser(name: str) -> argparse.ArgumentParser:
     """The parser of one command (``envace NAME``): for ``--help`` texts and tests."""
-    parser = build_parser([name])
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+    return _subparser(build_parser([name]), name)
 
 
 def parse(argv: Sequence[str]) -> tuple[ModuleType, tuple[Any, ...]]:
@@ -86,8 +92,15 @@ def parse(argv: Sequence[str]) -> tuple[ModuleType, tuple[Any, ...]]:
     failed config check raises ``ValueError``). Nothing runs."""
     argv = list(argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    ns = build_parser([command] if command else []).parse_args(argv)
+    parser = build_parser([command] if command else [])
+    ns = parser.parse_args(argv)
     module = command_module(ns.command)
+    file_defaults = getattr(module, "file_defaults", None)
+    defaults = file_defaults(ns) if file_defaults else None
+    if defaults:
+        # argparse fills a flag that ``argv`` lacks from its default: the file's value, while one given wins.
+        _subparser(parser, ns.command).set_defaults(**defaults)
+        ns = parser.parse_args(argv)
     return module, configs_from_namespace(module.CONFIGS, ns)
 
 

@@ -7,16 +7,16 @@ a TOML config) and every field of :class:`~envace_gym.agents.train.config.EnvACE
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import sys
+from argparse import Namespace
 from dataclasses import dataclass, field
+from typing import Any
 
-from envace_gym.agents.train.config import EnvACEConfig, load_config
+from envace_gym.agents.train.config import EnvACEConfig, read_config_values
 
 from .common import LM_POLICY_USAGE, RunArgs, SamplingArgs, TrainEnvArgs, UserError, check_lm_policy, load_lm
 
-__all__ = ["CONFIGS", "TrainArgs", "TrainEnvArgs", "run"]
+__all__ = ["CONFIGS", "TrainArgs", "TrainEnvArgs", "file_defaults", "run"]
 
 
 @dataclass
@@ -42,14 +42,11 @@ class TrainArgs:
 CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs)
 
 
-def _given_flags(argv: list[str]) -> set[str]:
-    """The EnvACEConfig fields spelled out on the command line (they override --config)."""
-    names = set()
-    for arg in argv:
-        if arg.startswith("--"):
-            name = arg[2:].split("=", 1)[0].replace("-", "_")
-            names.add(name[3:] if name.startswith("no_") else name)
-    return names
+def file_defaults(ns: Namespace) -> dict[str, Any]:
+    """``--config FILE.toml``'s EnvACEConfig as flag defaults: :func:`envace_gym.cli.parse` parses again with
+    them, so the flags given on the command line win over the file (an unknown key is an error that names
+    the file; the values are checked together with the flags, by EnvACEConfig)."""
+    return read_config_values(ns.config) if ns.config else {}
 
 
 def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: RunArgs) -> int:
@@ -57,10 +54,6 @@ def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: Ru
 
     from envace_gym.agents.train.envace import EnvACETrainer
 
-    if args.config:
-        given = _given_flags(sys.argv[1:])
-        overrides = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name in given}
-        cfg = load_config(args.config, **overrides)
     if cfg.backend not in ("self", "self-inline", "real", "simulator"):
         raise UserError(f"--backend {cfg.backend!r}: envace train takes real, self, self-inline or simulator")
     sampling = SamplingArgs(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
