@@ -15,6 +15,7 @@ from .backends import (
     tool,
 )
 from .calls import CallError, ErrorCode, ParsedAction, ToolCall, format_calls, parse_calls
+from .compose import make_env, rehearse
 from .env import ToolCallEnv
 from .registration import BUILTIN_DOMAINS, register_all
 from .rehearsal import EnvRoleSample, ImagineRequest, SelfRehearsalEnv
@@ -43,6 +44,8 @@ __all__ = [
     "BUILTIN_DOMAINS",
     "ToolCallEnv",
     "ToolCallVectorEnv",
+    "make_env",
+    "rehearse",
     "SelfRehearsalEnv",
     "ImagineRequest",
     "EnvRoleSample",

@@ -42,7 +42,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "without any tool call."
 )
 
-BackendSpec = str | Callable[[Task], Backend]
+EnvBackend = str | Callable[[Task], Backend]  # what ToolCallEnv(backend=...) takes
 
 
 def clip(text: str, max_chars: int) -> str:
@@ -121,7 +121,7 @@ class ToolCallEnv(gym.Env[str, str]):
         suite: str = "builtin",
         split: str | None = "train",
         tasks: TaskSuite | Sequence[Task] | None = None,
-        backend: BackendSpec = "real",
+        backend: EnvBackend = "real",
         max_turns: int = 12,
         tool_timeout: float | None = 5.0,
         tool_isolation: str = "thread",

@@ -28,9 +28,8 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import concatenate, iterate
 
-from .backends.spec import parse_backend_spec
+from .compose import check_imaginer, make_env
 from .rehearsal.batching import step_batched
-from .rehearsal.wrapper import SelfRehearsalEnv
 
 __all__ = [
     "ToolCallVectorEnv",
@@ -268,10 +267,10 @@ def make_vector(
     Args:
         num_envs: how many envs.
         env_id: the single env's Gymnasium id (each env is ``gym.make(env_id, **env_kwargs)``).
-        imaginer: who imagines tool results when ``backend`` is ``"self"``, ``"self-inline"`` or
-            ``"simulator"`` (anything with ``imagine(ImagineRequest)``, e.g. an ``LMPolicy``; one with
-            ``imagine_batch`` is sent each step's requests as one batch). Each env is then
-            ``SelfRehearsalEnv(gym.make(env_id, backend="real", ...), imaginer, mode=...)``.
+        imaginer: who imagines tool results when ``backend`` is ``self``, ``self-inline`` or
+            ``simulator`` (anything with ``imagine(ImagineRequest)``, e.g. an ``LMPolicy``; one with
+            ``imagine_batch`` is sent each step's requests as one batch). Each env is
+            ``envace_gym.make_env(env_id, imaginer=imaginer, rehearsal=rehearsal, **env_kwargs)``.
         rehearsal: more ``SelfRehearsalEnv`` kwargs (``grounding``, ``on_invalid``, ``real_fraction``, ...).
         autoreset_mode, copy: as :class:`ToolCallVectorEnv`.
         asynchronous: one process per env (:class:`ToolCallAsyncVectorEnv`: dead workers reported clearly),
@@ -286,24 +285,10 @@ def make_vector(
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-    backend = env_kwargs.get("backend", "real")
-    spec = parse_backend_spec(backend) if isinstance(backend, str) else None
-    imagined = spec is not None and spec.imagined
-    if imagined and imaginer is None:
-        raise ValueError(
-            f"backend={backend!r} imagines tool results: pass imaginer=<policy> (anything with imagine(request))"
-        )
-    if not imagined and (imaginer is not None or rehearsal):
-        raise ValueError("imaginer= and rehearsal= apply only to backend='self', 'self-inline' or 'simulator'")
     if max_episode_steps is not None:
         env_kwargs["max_episode_steps"] = max_episode_steps
-
-    def build() -> gym.Env:
-        if not imagined:
-            return gym.make(env_id, **env_kwargs)
-        env = gym.make(env_id, **{**env_kwargs, "backend": "real"})
-        mode = "inline" if spec.kind == "self-inline" else "prompted"
-        return SelfRehearsalEnv(env, imaginer, **{"mode": mode, **(rehearsal or {})})
+    check_imaginer(env_kwargs.get("backend"), imaginer, rehearsal)  # here, not in each worker process
+    build = functools.partial(make_env, env_id, imaginer=imaginer, rehearsal=rehearsal, **env_kwargs)
 
     if asynchronous:
         return ToolCallAsyncVectorEnv(

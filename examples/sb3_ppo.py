@@ -70,11 +70,14 @@ EMBED = None  # set by --embed
 
 def make_env(tasks: list[Any], backend: str, args: argparse.Namespace, imaginer: Any = None) -> gym.Env:
     """ToolCallEnv over ``tasks`` -> (SelfRehearsalEnv) -> CandidateActions -> FeatureObservation."""
-    env: gym.Env = gym.make(
-        "EnvACE-ToolCall-v0", tasks=TaskSuite(tasks, "bank-subset"), split=None, backend=backend, max_turns=3
+    env = envace_gym.make_env(  # backend self: wrapped so that imaginer answers the tool calls
+        "EnvACE-ToolCall-v0",
+        backend=backend,
+        imaginer=imaginer,
+        tasks=TaskSuite(tasks, "bank-subset"),
+        split=None,
+        max_turns=3,
     )
-    if imaginer is not None:
-        env = envace_gym.SelfRehearsalEnv(env, imaginer)
     return FeatureObservation(CandidateActions(env, k=args.k), dim=args.dim, embed=EMBED)
 
 
@@ -190,7 +193,7 @@ def main() -> None:
         from envace_gym.agents.lm.policy import LMPolicy
 
         imaginer = LMPolicy.from_spec(args.policy, sampling=SamplingConfig(max_new_tokens=48, seed=args.seed))
-        train_backend, eval_backend = "real", "real"  # trained under imagination, scored on the real tools
+        eval_backend = "real"  # trained under imagination, scored on the real tools
     print(f"training on: {'self (' + args.policy + ')' if imaginer else train_backend}; evaluating on: {eval_backend}")
 
     eval_env = make_env(test, eval_backend, args)

@@ -14,8 +14,9 @@ import pytest
 import envace_gym
 from envace_gym import SelfRehearsalEnv, Task, ToolCall, format_calls, parse_backend_spec
 from envace_gym.agents.scripted import OraclePolicy
-from envace_gym.backends import BackendCopyError, make_backend
+from envace_gym.backends import BackendCopyError, BackendSpec, make_backend
 from envace_gym.backends.mcp import MCPBackend
+from envace_gym.backends.spec import IMAGINATION_MODES, IMAGINED_KINDS, SELF_KINDS
 from envace_gym.rehearsal import RealResultImaginer
 from envace_gym.rewards import register_reward_basis, reward_bases
 
@@ -176,6 +177,67 @@ def test_bad_backend_specs_say_what_to_use(value):
 def test_an_imagined_spec_points_to_the_wrapper():
     with pytest.raises(ValueError, match="SelfRehearsalEnv"):
         gym.make("EnvACE-ToolCall-v0", backend="self")
+
+
+@pytest.mark.parametrize(
+    "value, mode, self_imagined, env_backend",
+    [
+        ("real", None, False, "real"),
+        ("replay:a.jsonl", None, False, "replay:a.jsonl"),
+        ("self", "prompted", True, "real"),
+        ("self-inline", "inline", True, "real"),
+        ("simulator", "prompted", False, "real"),
+    ],
+)
+def test_a_backend_spec_carries_its_imagination_mode(value, mode, self_imagined, env_backend):
+    spec = parse_backend_spec(value)
+    assert (spec.imagination_mode, spec.self_imagined, spec.env_backend) == (mode, self_imagined, env_backend)
+    assert spec.imagined == (mode is not None) and parse_backend_spec(spec) is spec
+    if self_imagined:
+        assert BackendSpec.self_imagined_as(mode) == spec
+    with pytest.raises(ValueError, match="prompted"):
+        BackendSpec.self_imagined_as("parallel")
+
+
+def test_one_vocabulary_of_backend_kinds():
+    from envace_gym.agents.train.config import BACKENDS
+
+    assert {parse_backend_spec(k).imagination_mode for k in IMAGINED_KINDS} == set(IMAGINATION_MODES)
+    assert set(BACKENDS) == set(SELF_KINDS) | {"real", "simulator"}
+    assert all(parse_backend_spec(k).kind == k for k in BACKENDS)
+
+
+class _Echo:
+    def imagine(self, request):
+        return "{}"
+
+
+@pytest.mark.parametrize("backend", ["self", "self-inline", "simulator"])
+def test_make_env_composes_an_imagined_backend_over_the_real_one(backend):
+    spec = parse_backend_spec(backend)
+    env = envace_gym.make_env(
+        "EnvACE-ToolCall-v0", backend=backend, imaginer=_Echo(), rehearsal={"on_invalid": "error_observation"}
+    )
+    assert isinstance(env, SelfRehearsalEnv) and env.mode == spec.imagination_mode
+    assert env.on_invalid == "error_observation" and env.unwrapped.backend_spec == "real"
+    wrapped = envace_gym.rehearse(gym.make("EnvACE-ToolCall-v0"), spec, _Echo())
+    assert isinstance(wrapped, SelfRehearsalEnv) and wrapped.mode == spec.imagination_mode
+
+
+def test_make_env_leaves_a_real_backend_unwrapped_and_refuses_a_missing_or_stray_imaginer():
+    env = envace_gym.make_env("EnvACE-ToolCall-v0", backend="real", suite="builtin/bank", max_turns=2)
+    assert not isinstance(env, SelfRehearsalEnv) and env.unwrapped.backend_spec == "real"
+    assert env.unwrapped.max_turns == 2 and {t.domain for t in env.unwrapped.pool} == {"bank"}
+    factory = lambda task: make_backend(task.backend)  # noqa: E731  (a per-task backend, passed as is)
+    assert envace_gym.make_env(backend=factory).unwrapped.backend_spec is factory
+    plain = gym.make("EnvACE-ToolCall-v0")
+    assert envace_gym.rehearse(plain, "real") is plain
+    with pytest.raises(ValueError, match="pass imaginer="):
+        envace_gym.make_env(backend="self-inline")
+    with pytest.raises(ValueError, match="apply only to backend="):
+        envace_gym.make_env(backend="real", imaginer=_Echo())
+    with pytest.raises(ValueError, match="apply only to backend="):
+        envace_gym.rehearse(plain, "real", rehearsal_kwarg=1)
 
 
 def test_the_evaluation_order_is_seeded_balanced_and_covers_every_task_first():

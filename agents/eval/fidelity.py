@@ -27,8 +27,10 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from envace_gym.agents.scripted import OraclePolicy, play_episode
+from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import canonical_json
-from envace_gym.rehearsal import ImagineRequest, SelfRehearsalEnv, parse_execution_result, parse_inline_result
+from envace_gym.compose import rehearse
+from envace_gym.rehearsal import ImagineRequest, parse_execution_result, parse_inline_result
 from envace_gym.rehearsal.batching import BatchingImaginer, step_concurrently
 from envace_gym.rehearsal.fidelity import leaf_f1
 
@@ -95,11 +97,10 @@ def fidelity_report(
     for name, entry in imaginers.items():
         imaginer, mode = entry if isinstance(entry, tuple) else (entry, "prompted")
         parse = parse_inline_result if mode == "inline" else parse_execution_result
+        spec = BackendSpec.self_imagined_as(mode)  # an unknown mode is refused here
 
-        def make_env(probe: _Probe, mode: str = mode) -> Any:
-            return SelfRehearsalEnv(
-                env_factory(), probe, mode=mode, grounding=grounding, on_invalid="error_observation"
-            )
+        def make_env(probe: _Probe, spec: BackendSpec = spec) -> Any:
+            return rehearse(env_factory(), spec, probe, grounding=grounding, on_invalid="error_observation")
 
         stats = FidelityStats()
         with tqdm(total=len(tasks), desc=f"fidelity {name}", disable=not progress, unit="ep") as bar:

@@ -29,10 +29,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from envace_gym import SelfRehearsalEnv
+from envace_gym import rehearse
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.rollout import Trajectory, collect
+from envace_gym.backends.spec import SELF_INLINE, SELF_KINDS
 from envace_gym.calls import ToolCall, format_calls
 from envace_gym.suites import load_suite
 
@@ -45,8 +46,6 @@ __all__ = [
     "split_trajectory",
     "task_dataset",
 ]
-
-IMAGINED = {"self": "prompted", "self-inline": "inline"}
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -120,12 +119,12 @@ class EnvACERolloutFunc:
     _calls: itertools.count = field(default_factory=itertools.count, repr=False)
 
     def __post_init__(self) -> None:
-        if self.backend in IMAGINED and self.train_env_role and self.backend != "self-inline":
+        if self.backend in SELF_KINDS and self.train_env_role and self.backend != SELF_INLINE:
             raise ValueError(
                 "train_env_role needs backend='self-inline' under TRL: prompted env-role samples are rows of their "
                 "own, which TRL's fixed groups cannot take (use EnvACETrainer for backend='self')"
             )
-        if self.train_env_role and self.backend not in IMAGINED:
+        if self.train_env_role and self.backend not in SELF_KINDS:
             raise ValueError(f"train_env_role needs an imagined backend ('self-inline'), not {self.backend!r}")
 
     @property
@@ -143,8 +142,8 @@ class EnvACERolloutFunc:
     def _env_batch(self, n: int, policy: LMPolicy) -> list[gym.Env]:
         while len(self._envs) < n:
             env = self.env_factory()
-            if self.backend in IMAGINED:
-                env = SelfRehearsalEnv(env, policy, mode=IMAGINED[self.backend])
+            if self.backend in SELF_KINDS:
+                env = rehearse(env, self.backend, policy)
             self._envs.append(env)
         return self._envs[:n]
 
@@ -218,7 +217,7 @@ def make_rollout_func(
         seed: base seed of env resets and sampling (None: the trainer's ``args.seed``).
         env_kwargs: passed to ``gym.make`` (``suite``, ``split``, ``max_turns``: the episode's turn bound).
     """
-    if backend not in IMAGINED:
+    if backend not in SELF_KINDS:
         env_kwargs["backend"] = backend
 
     def make() -> gym.Env:
@@ -313,7 +312,7 @@ def make_environment_factory(
     factory, so the tasks' tools must agree by name. ``backend`` is a real one (``real``, ``replay:``,
     ``mcp:``): TRL's own loop has no place for an imagined result.
     """
-    if backend in IMAGINED:
+    if backend in SELF_KINDS:
         raise ValueError(f"backend {backend!r} is imagined: use make_rollout_func for rehearsal under TRL")
     env_kwargs["backend"] = backend
 

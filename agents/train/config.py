@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envace_gym.backends.spec import SELF_KINDS
+
 __all__ = [
     "BACKENDS",
     "ENV_ROLE_REWARDS",
@@ -26,7 +28,9 @@ __all__ = [
     "read_config_values",
 ]
 
-BACKENDS = ("self", "self-inline", "real", "simulator")
+#: What ``--backend`` takes: the backend kinds (envace_gym.backends.spec) a trainer can compose with the
+#: real env its ``env_factory`` returns.
+BACKENDS = (*SELF_KINDS, "real", "simulator")
 REWARDS = ("env", "checklist")
 SCALE_REWARDS = ("none", "group")
 ENV_ROLE_REWARDS = ("task", "fidelity", "mix")
@@ -224,11 +228,11 @@ class EnvACEConfig:
                 raise ValueError(f"{_flag(name)} must be {rules.get(name, 'positive')}; got {getattr(self, name)}")
         if self.bf16 not in (True, False, "auto"):
             raise ValueError(f"{_flag('bf16')} must be true, false or auto; got {self.bf16!r}")
-        if self.real_fraction > 0 and self.backend not in ("self", "self-inline"):
+        if self.real_fraction > 0 and not self.imagined:
             raise ValueError(
                 "--real-fraction grounds the policy's own imagination: it needs --backend self|self-inline"
             )
-        if self.tool_log and self.backend not in ("self", "self-inline"):
+        if self.tool_log and not self.imagined:
             raise ValueError("--tool-log grounds the policy's own imagination: it needs --backend self|self-inline")
         if self.env_role_reward != "task" and not (self.tool_log or self.real_fraction > 0):
             raise ValueError(
@@ -247,7 +251,7 @@ class EnvACEConfig:
     @property
     def imagined(self) -> bool:
         """The policy itself answers tool calls (EnvACE world rehearsal)."""
-        return self.backend in ("self", "self-inline")
+        return self.backend in SELF_KINDS
 
     @property
     def trains_env_role(self) -> bool:

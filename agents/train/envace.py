@@ -41,8 +41,8 @@ from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.rollout import Trajectory, collect, save_trajectories
 from envace_gym.backends import LEDGER, ToolLog, charged_as
+from envace_gym.compose import rehearse
 from envace_gym.jsonl import read_jsonl
-from envace_gym.rehearsal import SelfRehearsalEnv
 from envace_gym.rehearsal.prompt import is_result_shaped
 
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -209,12 +209,11 @@ class EnvACETrainer:
     def _wrap(self, env: gym.Env) -> gym.Env:
         cfg = self.cfg
         if cfg.imagined:
-            mode = "inline" if cfg.backend == "self-inline" else "prompted"
             imaginer = self.env_role(env) if self.env_role is not None else self.policy
-            return SelfRehearsalEnv(
+            return rehearse(
                 env,
+                cfg.backend,
                 imaginer,
-                mode=mode,
                 grounding=cfg.grounding,
                 on_invalid=cfg.on_invalid,
                 real_fraction=cfg.real_fraction,
@@ -222,7 +221,7 @@ class EnvACETrainer:
                 log_targets=cfg.log_targets,
             )
         if cfg.backend == "simulator":
-            return SelfRehearsalEnv(env, self.simulator, grounding=cfg.grounding)
+            return rehearse(env, cfg.backend, self.simulator, grounding=cfg.grounding)
         return env
 
     def _load_tool_log(self, suite: Any) -> ToolLog:

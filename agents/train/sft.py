@@ -23,7 +23,8 @@ from tqdm.auto import tqdm
 from envace_gym.agents.lm.chat import encode_conversation
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.scripted import OraclePolicy, play_episode
-from envace_gym.rehearsal import ImagineRequest, RealResultImaginer, SelfRehearsalEnv
+from envace_gym.compose import rehearse
+from envace_gym.rehearsal import ImagineRequest, RealResultImaginer
 
 from .logprobs import token_logprobs
 
@@ -136,7 +137,7 @@ def build_sft_examples(
     pool = pool[:max_examples] if max_examples else pool
     oracle = OraclePolicy(env.unwrapped.suite)
     recorder = _Recorder(env)
-    play_env = SelfRehearsalEnv(env, recorder) if "env_role" in roles else env
+    play_env = rehearse(env, "self", recorder) if "env_role" in roles else env
     examples = []
     for task in tqdm(pool, desc="sft data", disable=not progress, unit="task"):
         recorder.pairs = []

@@ -1,15 +1,34 @@
-"""The one parser of backend spec strings (``real``, ``replay:PATH``, ``mcp:COMMAND``, ``self``...)."""
+"""The one parser of backend spec strings (``real``, ``replay:PATH``, ``mcp:COMMAND``, ``self``...) and the one
+vocabulary of backend kinds: which an env builds itself, which are imagined and how an imagined result
+reaches the actor."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BackendSpec", "parse_backend_spec", "REAL_KINDS", "IMAGINED_KINDS"]
+__all__ = [
+    "BackendSpec",
+    "parse_backend_spec",
+    "REAL_KINDS",
+    "IMAGINED_KINDS",
+    "SELF_KINDS",
+    "SELF_INLINE",
+    "IMAGINATION_MODES",
+]
 
+#: The policy writes each imagined result inside its own context (the tool message of its conversation).
+SELF_INLINE = "self-inline"
 #: Kinds an env builds itself (``replay``, ``cache`` and ``mcp`` take a target after the colon).
 REAL_KINDS = ("real", "replay", "cache", "mcp")
-#: Kinds whose results are imagined: the env is wrapped in ``SelfRehearsalEnv`` (the CLI does this).
-IMAGINED_KINDS = ("self", "self-inline", "simulator")
+#: How an imagined result is written: ``prompted`` (from a fresh simulator prompt, the paper's setting) or
+#: ``inline`` (as the tool message of the actor's own conversation).
+IMAGINATION_MODES = ("prompted", "inline")
+#: Kind -> its imagination mode, for the kinds whose results are imagined: the env is built on ``real`` and
+#: wrapped in ``SelfRehearsalEnv`` (:func:`envace_gym.make_env` does this).
+_MODE_OF_KIND = {"self": "prompted", SELF_INLINE: "inline", "simulator": "prompted"}
+IMAGINED_KINDS = tuple(_MODE_OF_KIND)
+#: Imagined kinds where the policy imagines its own results (EnvACE); ``simulator`` is a separate model.
+SELF_KINDS = ("self", SELF_INLINE)
 _WITH_TARGET = ("replay", "cache", "mcp")
 
 _USAGE = "use real, replay:PATH, cache:PATH, mcp:COMMAND, mcp:http://127.0.0.1:PORT/mcp, self, self-inline or simulator"
@@ -24,14 +43,43 @@ class BackendSpec:
 
     @property
     def imagined(self) -> bool:
+        """Tool results are imagined (by the policy or a simulator), not produced by a backend."""
         return self.kind in IMAGINED_KINDS
+
+    @property
+    def self_imagined(self) -> bool:
+        """The policy imagines its own tool results (``self``, ``self-inline``)."""
+        return self.kind in SELF_KINDS
+
+    @property
+    def imagination_mode(self) -> str | None:
+        """``prompted`` or ``inline`` (see :data:`IMAGINATION_MODES`) for an imagined kind, else None."""
+        return _MODE_OF_KIND.get(self.kind)
+
+    @property
+    def env_backend(self) -> str:
+        """The backend string the env itself is built with: ``real`` under imagination (the wrapper replaces
+        it episode by episode and keeps it for grounding), else this spec."""
+        return "real" if self.imagined else str(self)
+
+    @classmethod
+    def self_imagined_as(cls, mode: str) -> BackendSpec:
+        """The self-imagined spec whose results are written in ``mode`` (``prompted``: ``self``; ``inline``:
+        ``self-inline``)."""
+        kinds = {m: k for k, m in _MODE_OF_KIND.items() if k in SELF_KINDS}
+        if mode not in kinds:
+            raise ValueError(f"imagination mode must be one of {IMAGINATION_MODES}, got {mode!r}")
+        return cls(kinds[mode])
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.target}" if self.target else self.kind
 
 
-def parse_backend_spec(value: str) -> BackendSpec:
-    """Parse a spec string; a bad one raises ``ValueError`` with a one-line message."""
+def parse_backend_spec(value: str | BackendSpec) -> BackendSpec:
+    """Parse a spec string (a :class:`BackendSpec` is returned as is); a bad one raises ``ValueError`` with a
+    one-line message."""
+    if isinstance(value, BackendSpec):
+        return value
     if not isinstance(value, str):
         raise ValueError(f"a backend spec is a string, got {type(value).__name__}")
     if value in REAL_KINDS[:1] + IMAGINED_KINDS:

@@ -17,7 +17,9 @@ import gymnasium as gym
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
-from ..backends.spec import IMAGINED_KINDS, BackendSpec, parse_backend_spec
+from ..backends.spec import BackendSpec, parse_backend_spec
+from ..compose import make_env
+from ..rehearsal.protocol import Imaginer
 
 __all__ = [
     "BackendArgs",
@@ -32,7 +34,6 @@ __all__ = [
     "env_ids",
     "is_lm_policy",
     "load_lm",
-    "make_env",
     "make_imaginer",
 ]
 
@@ -98,6 +99,19 @@ class EnvArgs:
         if not self.split:
             raise ValueError("--split must not be empty")
         _positive(self, "max_turns", allow_none=True)
+
+    def env_kwargs(self) -> dict[str, Any]:
+        """``gym.make``'s kwargs of these flags (the ones given: an env keeps its own defaults)."""
+        kwargs: dict[str, Any] = {"split": self.split}
+        # EnvACE-BFCL-v0 takes category=..., EnvACE-Tau2-v0 domain=...
+        for name in ("suite", "category", "domain", "max_turns"):
+            if getattr(self, name):
+                kwargs[name] = getattr(self, name)
+        return kwargs
+
+    def make_env(self, backend: BackendSpec | None = None, imaginer: Imaginer | None = None) -> gym.Env:
+        """The env of these flags on ``backend`` (default: real), composed by :func:`envace_gym.make_env`."""
+        return make_env(self.env, backend=backend or BackendSpec("real"), imaginer=imaginer, **self.env_kwargs())
 
 
 @dataclass
@@ -232,25 +246,6 @@ def flag_dests(parser: ArgumentParser) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------ env and models
-def make_env(env_args: EnvArgs, backend: BackendSpec | None = None, imaginer: Any = None) -> gym.Env:
-    """The env of ``env_args``; with an imagined backend, wrapped so that ``imaginer`` answers tool calls."""
-    backend = backend or BackendSpec("real")
-    kwargs: dict[str, Any] = {"split": env_args.split, "backend": "real" if backend.imagined else str(backend)}
-    if env_args.suite:
-        kwargs["suite"] = env_args.suite
-    for name in ("category", "domain"):  # EnvACE-BFCL-v0 category=..., EnvACE-Tau2-v0 domain=...
-        if getattr(env_args, name):
-            kwargs[name] = getattr(env_args, name)
-    if env_args.max_turns:
-        kwargs["max_turns"] = env_args.max_turns
-    env = gym.make(env_args.env, **kwargs)
-    if backend.imagined:
-        from ..rehearsal import SelfRehearsalEnv
-
-        env = SelfRehearsalEnv(env, imaginer, mode="inline" if backend.kind == "self-inline" else "prompted")
-    return env
-
-
 def load_lm(spec: str, sampling: SamplingArgs, seed: int, engine: str = "hf"):
     from envace_gym.agents.lm.models import ModelLoadError
     from envace_gym.agents.lm.policy import LMPolicy
@@ -264,14 +259,13 @@ def load_lm(spec: str, sampling: SamplingArgs, seed: int, engine: str = "hf"):
 def make_imaginer(backend: BackendSpec, actor: Any, simulator: str, sampling: SamplingArgs, seed: int) -> Any:
     """Who imagines tool results: the actor itself (``self``, ``self-inline``) or a separate frozen model
     (``simulator``); ``None`` for the backends an env builds itself."""
-    if backend.kind in ("self", "self-inline"):
+    if backend.self_imagined:
         if actor is None:
             raise UserError(
                 f"--backend {backend} needs an LM policy (it imagines its own tool results); "
                 "for a scripted actor use --backend simulator --simulator SPEC"
             )
         return actor
-    if backend.kind == "simulator":
+    if backend.imagined:  # simulator
         return load_lm(simulator, sampling, seed)
-    assert backend.kind not in IMAGINED_KINDS
     return None

@@ -16,7 +16,6 @@ from .common import (
     SamplingArgs,
     is_lm_policy,
     load_lm,
-    make_env,
     make_imaginer,
 )
 
@@ -100,7 +99,7 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
     t0 = time.monotonic()
     lm = load_lm(args.policy, sampling, run_args.seed) if is_lm_policy(args.policy) else None
     imaginer = make_imaginer(backend, lm, args.simulator, sampling, run_args.seed)
-    env = make_env(env_args, backend, imaginer)
+    env = env_args.make_env(backend, imaginer)
     pool = env.unwrapped.pool
     episodes = args.episodes or len(pool)
     desc = f"eval {args.policy}"
@@ -109,7 +108,7 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
         report = evaluate(env, policy, episodes, seed=run_args.seed, progress=run_args.progress, desc=desc)
     else:
         # LM policies step a batch of envs in lockstep (one batched generation per step).
-        envs = [env] + [make_env(env_args, backend, imaginer) for _ in range(args.batch_size - 1)]
+        envs = [env] + [env_args.make_env(backend, imaginer) for _ in range(args.batch_size - 1)]
         try:
             actor = args.rehearsal(lm, run_args.seed)
             report = evaluate(envs, actor, episodes, seed=run_args.seed, progress=run_args.progress, desc=desc)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..backends.spec import IMAGINED_KINDS
-from .common import LM_POLICY_USAGE, EnvArgs, RunArgs, SamplingArgs, check_lm_policy, load_lm, make_env
+from ..backends.spec import IMAGINED_KINDS, parse_backend_spec
+from .common import LM_POLICY_USAGE, EnvArgs, RunArgs, SamplingArgs, check_lm_policy, load_lm
 
 __all__ = ["CONFIGS", "FidelityArgs", "FidelitySamplingArgs", "run"]
 
@@ -72,12 +72,11 @@ def run(env_args: EnvArgs, args: FidelityArgs, run_args: RunArgs, sampling: Fide
     policy = load_lm(args.policy, sampling, run_args.seed)
     imaginers: dict[str, Any] = {}
     for name in args.backend_list:
-        if name == "simulator":
-            imaginers[name] = load_lm(args.simulator or "default", sampling, run_args.seed)
-        else:
-            imaginers[name] = (policy, "inline" if name == "self-inline" else "prompted")
+        spec = parse_backend_spec(name)
+        imaginer = policy if spec.self_imagined else load_lm(args.simulator or "default", sampling, run_args.seed)
+        imaginers[name] = (imaginer, spec.imagination_mode)
     report = fidelity_report(
-        lambda: make_env(env_args),  # the reference: real backends
+        env_args.make_env,  # the reference: real backends
         imaginers,
         args.episodes,
         seed=run_args.seed,

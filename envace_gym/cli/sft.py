@@ -20,7 +20,6 @@ from .common import (
     TrainEnvArgs,
     check_lm_policy,
     load_lm,
-    make_env,
 )
 
 __all__ = ["CONFIGS", "SFTArgs", "SFTEnvArgs", "run"]
@@ -65,7 +64,7 @@ def run(
         raise ValueError(
             f"sft plays the reference episodes with real tools: --backend must be real, got {backend_args.backend!r}"
         )
-    env = make_env(env_args)
+    env = env_args.make_env()
     policy = load_lm(args.policy, sampling, run_args.seed)
     examples = build_sft_examples(
         env, policy, cfg.max_examples, seed=cfg.seed, progress=run_args.progress, roles=args.role_list

@@ -14,7 +14,7 @@ from typing import Any
 
 from envace_gym.agents.train.config import EnvACEConfig, read_config_values
 
-from .common import LM_POLICY_USAGE, RunArgs, SamplingArgs, TrainEnvArgs, UserError, check_lm_policy, load_lm
+from .common import LM_POLICY_USAGE, RunArgs, SamplingArgs, TrainEnvArgs, check_lm_policy, load_lm
 
 __all__ = ["CONFIGS", "TrainArgs", "TrainEnvArgs", "file_defaults", "run"]
 
@@ -50,27 +50,14 @@ def file_defaults(ns: Namespace) -> dict[str, Any]:
 
 
 def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: RunArgs) -> int:
-    import gymnasium as gym
-
     from envace_gym.agents.train.envace import EnvACETrainer
 
-    if cfg.backend not in ("self", "self-inline", "real", "simulator"):
-        raise UserError(f"--backend {cfg.backend!r}: envace train takes real, self, self-inline or simulator")
     sampling = SamplingArgs(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
     policy = load_lm(args.policy, sampling, cfg.seed, engine=args.engine)
     simulator = load_lm(cfg.simulator, sampling, cfg.seed) if cfg.simulator else None
-    kwargs = {"split": env_args.split}
-    if env_args.suite:
-        kwargs["suite"] = env_args.suite
-    for name in ("category", "domain", "max_turns"):
-        if getattr(env_args, name):
-            kwargs[name] = getattr(env_args, name)
-
-    def env_factory() -> gym.Env:
-        return gym.make(env_args.env, **kwargs)
-
+    # The env on real backends: the trainer composes it with cfg.backend (envace_gym.rehearse).
     trainer = EnvACETrainer(
-        policy, env_factory, cfg, args.out, simulator=simulator, resume=args.resume, progress=run_args.progress
+        policy, env_args.make_env, cfg, args.out, simulator=simulator, resume=args.resume, progress=run_args.progress
     )
     records = trainer.train()
     last = records[-1] if records else {}
