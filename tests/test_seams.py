@@ -16,7 +16,7 @@ from envace_gym import SelfRehearsalEnv, Task, ToolCall, format_calls, parse_bac
 from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.backends import BackendCopyError, BackendSpec, make_backend
 from envace_gym.backends.mcp import MCPBackend
-from envace_gym.backends.spec import IMAGINATION_MODES, IMAGINED_KINDS, SELF_KINDS
+from envace_gym.backends.spec import IMAGINED_KINDS, SELF_KINDS
 from envace_gym.rehearsal import RealResultImaginer
 from envace_gym.rewards import register_reward_basis, reward_bases
 
@@ -201,8 +201,9 @@ def test_a_backend_spec_carries_its_imagination_mode(value, mode, self_imagined,
 
 def test_one_vocabulary_of_backend_kinds():
     from envace_gym.agents.train.config import BACKENDS
+    from envace_gym.rehearsal import MODES  # SelfRehearsalEnv's modes
 
-    assert {parse_backend_spec(k).imagination_mode for k in IMAGINED_KINDS} == set(IMAGINATION_MODES)
+    assert {parse_backend_spec(k).imagination_mode for k in IMAGINED_KINDS} == set(MODES)
     assert set(BACKENDS) == set(SELF_KINDS) | {"real", "simulator"}
     assert all(parse_backend_spec(k).kind == k for k in BACKENDS)
 

@@ -36,9 +36,11 @@ from envace_gym.rehearsal import RehearsalFork, SelfRehearsalEnv
 
 from .memory import MEMORY_HEADER, RehearsalOutcome, condense, cut_to_tokens, render_memory
 
-__all__ = ["PrivateRehearsal", "rehearsal_tokens", "MODES"]
+__all__ = ["PrivateRehearsal", "rehearsal_tokens", "REHEARSAL_MODES"]
 
-MODES = ("parallel", "sequential")
+#: How rehearsals are played (``PrivateRehearsal(mode=...)``); not the env role's imagination mode
+#: (``env_role_mode``: ``prompted`` or ``inline``, see ``envace_gym.rehearsal.MODES``).
+REHEARSAL_MODES = ("parallel", "sequential")
 _SUMMARY_PROMPT = (
     "Below are notes from private rehearsals of the user's task (imagined, not real). Summarise in a few "
     "short lines what to do for real: which calls to make with which arguments, which calls were rejected, "
@@ -110,8 +112,8 @@ class PrivateRehearsal:
         each_user_turn: bool = False,
         seed: int = 0,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode not in REHEARSAL_MODES:
+            raise ValueError(f"mode must be one of {REHEARSAL_MODES}, got {mode!r}")
         if budget != "adaptive" and not (isinstance(budget, int) and budget >= 0):
             raise ValueError(f"budget must be a non-negative integer or 'adaptive', got {budget!r}")
         if budget == "adaptive" and max_budget < 2:

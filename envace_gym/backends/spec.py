@@ -13,18 +13,16 @@ __all__ = [
     "IMAGINED_KINDS",
     "SELF_KINDS",
     "SELF_INLINE",
-    "IMAGINATION_MODES",
 ]
 
 #: The policy writes each imagined result inside its own context (the tool message of its conversation).
 SELF_INLINE = "self-inline"
 #: Kinds an env builds itself (``replay``, ``cache`` and ``mcp`` take a target after the colon).
 REAL_KINDS = ("real", "replay", "cache", "mcp")
-#: How an imagined result is written: ``prompted`` (from a fresh simulator prompt, the paper's setting) or
-#: ``inline`` (as the tool message of the actor's own conversation).
-IMAGINATION_MODES = ("prompted", "inline")
-#: Kind -> its imagination mode, for the kinds whose results are imagined: the env is built on ``real`` and
-#: wrapped in ``SelfRehearsalEnv`` (:func:`envace_gym.make_env` does this).
+#: Kind -> its imagination mode (``SelfRehearsalEnv``'s ``mode``, :data:`envace_gym.rehearsal.MODES`):
+#: ``prompted`` (from a fresh simulator prompt, the paper's setting) or ``inline`` (as the tool message of
+#: the actor's own conversation), for the kinds whose results are imagined: the env is built on ``real``
+#: and wrapped in ``SelfRehearsalEnv`` (:func:`envace_gym.make_env` does this).
 _MODE_OF_KIND = {"self": "prompted", SELF_INLINE: "inline", "simulator": "prompted"}
 IMAGINED_KINDS = tuple(_MODE_OF_KIND)
 #: Imagined kinds where the policy imagines its own results (EnvACE); ``simulator`` is a separate model.
@@ -53,7 +51,7 @@ class BackendSpec:
 
     @property
     def imagination_mode(self) -> str | None:
-        """``prompted`` or ``inline`` (see :data:`IMAGINATION_MODES`) for an imagined kind, else None."""
+        """``prompted`` or ``inline`` (``SelfRehearsalEnv``'s ``mode``) for an imagined kind, else None."""
         return _MODE_OF_KIND.get(self.kind)
 
     @property
@@ -68,7 +66,7 @@ class BackendSpec:
         ``self-inline``)."""
         kinds = {m: k for k, m in _MODE_OF_KIND.items() if k in SELF_KINDS}
         if mode not in kinds:
-            raise ValueError(f"imagination mode must be one of {IMAGINATION_MODES}, got {mode!r}")
+            raise ValueError(f"imagination mode must be one of {tuple(kinds)}, got {mode!r}")
         return cls(kinds[mode])
 
     def __str__(self) -> str:
