@@ -29,6 +29,7 @@ from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import concatenate, iterate
 
 from .compose import check_imaginer, make_env
+from .rehearsal import Imaginer
 from .rehearsal.batching import step_batched
 
 __all__ = [
@@ -253,7 +254,7 @@ def make_vector(
     num_envs: int = 1,
     *,
     env_id: str = "EnvACE-ToolCall-v0",
-    imaginer: Any = None,
+    imaginer: Imaginer | None = None,
     rehearsal: dict[str, Any] | None = None,
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     copy: bool = True,

@@ -182,3 +182,52 @@ def test_the_converted_model_cache_is_keyed_by_the_file_not_its_path(tmp_path):
     assert _source_fingerprint(a) == _source_fingerprint(b)
     b.write_bytes(b"y" * 11)  # another file: another key
     assert _source_fingerprint(a) != _source_fingerprint(b)
+
+
+# ------------------------------------------------------------------------------------ typed seams
+def test_both_engines_implement_the_engine_protocol_and_vllm_declares_no_field_of_its_own(policy):
+    import ast
+    import inspect
+
+    from envace_gym.agents.lm.engine import HFEngine, VLLMEngine, _EngineBase
+    from envace_gym.agents.lm.protocols import Engine, WeightSyncingEngine
+
+    assert isinstance(policy.engine, HFEngine) and isinstance(policy.engine, Engine)
+    assert not isinstance(policy.engine, WeightSyncingEngine)  # it runs the trained model itself
+    fields = {"tokenizer", "stop_token_ids", "pad_id", "bf16", "stats"}
+    source = ast.parse(inspect.getsource(VLLMEngine).strip())
+    assigned = {t.attr for n in ast.walk(source) if isinstance(n, ast.Assign) for t in n.targets if hasattr(t, "attr")}
+    assert assigned == {"llm"}  # the shared fields come from the common base, as HFEngine's do
+    assert issubclass(VLLMEngine, _EngineBase) and issubclass(HFEngine, _EngineBase)
+    assert all(callable(getattr(VLLMEngine, m)) for m in ("generate", "drop", "clear", "sync_weights"))
+    assert fields <= set(vars(policy.engine))
+
+
+def test_a_generation_is_immutable_and_an_inline_answer_is_a_new_one(policy):
+    import dataclasses
+
+    from envace_gym.rehearsal import ImagineRequest
+
+    messages = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "call"}]
+    gen = policy.imagine(ImagineRequest(messages, "f", {}, mode="inline"), SamplingConfig(0.0, 1.0, 4, 0))
+    assert gen.prompt_text  # set by building a new Generation, not by mutating the engine's
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        gen.text = "changed"
+
+
+def test_an_lm_policy_is_told_apart_by_a_protocol_not_by_hasattr(policy):
+    from envace_gym.agents.lm.chat import GENERATED_ROLES, ROLES
+    from envace_gym.agents.lm.protocols import LMPolicyLike, is_lm_policy
+    from envace_gym.agents.scripted import OraclePolicy
+
+    class Forwarding:  # a wrapper like PrivateRehearsal: the LM's methods reach it through __getattr__
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    assert isinstance(policy, LMPolicyLike) and is_lm_policy(policy) and is_lm_policy(Forwarding(policy))
+    assert not is_lm_policy(OraclePolicy(envace_gym.load_suite("builtin/bank")))
+    assert not is_lm_policy(Forwarding(OraclePolicy(envace_gym.load_suite("builtin/bank"))))
+    assert set(GENERATED_ROLES) < set(ROLES)

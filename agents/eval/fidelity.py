@@ -30,7 +30,7 @@ from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import canonical_json
 from envace_gym.compose import rehearse
-from envace_gym.rehearsal import ImagineRequest, parse_execution_result, parse_inline_result
+from envace_gym.rehearsal import Imaginer, ImagineRequest, parse_execution_result, parse_inline_result
 from envace_gym.rehearsal.batching import BatchingImaginer, step_concurrently
 from envace_gym.rehearsal.fidelity import leaf_f1
 
@@ -40,7 +40,7 @@ __all__ = ["leaf_f1", "FidelityStats", "fidelity_report", "fidelity_table", "plo
 class _Probe:
     """Passes requests to the imaginer and keeps what it answered."""
 
-    def __init__(self, imaginer: Any) -> None:
+    def __init__(self, imaginer: Imaginer) -> None:
         self.imaginer = imaginer
         self.answers: list[tuple[str, str]] = []
 
@@ -127,7 +127,7 @@ def fidelity_report(
 
 
 def _play_oracle(
-    tasks: list[Any], make_env, imaginer: Any, batch_size: int, bar: Any
+    tasks: list[Any], make_env, imaginer: Imaginer, batch_size: int, bar: Any
 ) -> list[tuple[Any, dict[str, Any], list]]:
     """Play each task's oracle episode with ``imaginer`` answering; ``(task, last info, env-role answers)``
     in task order. With ``imagine_batch``, ``batch_size`` workers play at once and share one batcher."""

@@ -17,6 +17,10 @@ _LAZY = {
     "load_model_and_tokenizer": ".models",
     "tiny_model": ".models",
     "LMPolicy": ".policy",
+    "Engine": ".protocols",
+    "LMPolicyLike": ".protocols",
+    "WeightSyncingEngine": ".protocols",
+    "is_lm_policy": ".protocols",
     "tiny_policy": ".policy",
 }
 

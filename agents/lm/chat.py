@@ -18,10 +18,14 @@ from typing import Any
 
 from envace_gym.tools import compact_signature
 
-__all__ = ["ROLES", "ChatFormat", "TokenStream", "TemplateError", "compact_signature"]
+__all__ = ["GENERATED_ROLES", "ROLES", "ChatFormat", "TokenStream", "TemplateError", "compact_signature"]
 
-#: Per-token role tags of a trajectory.
-ROLES = ("prompt", "actor", "external", "env_role", "user")
+#: The one role vocabulary. The roles the model generates as (and training can target): the tool-calling
+#: assistant and the environment role that imagines tool results.
+GENERATED_ROLES = ("actor", "env_role")
+#: Per-token role tags of a trajectory: the generated roles and what they read (the opening prompt, real
+#: tool results, later user turns).
+ROLES = ("prompt", *GENERATED_ROLES, "external", "user")
 
 _HERMES_TOOLS = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"

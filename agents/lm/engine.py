@@ -41,9 +41,12 @@ class SamplingConfig:
     seed: int | None = 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Generation:
-    """One sampled completion: its text (stop token removed), token ids (stop token kept) and logprobs."""
+    """One sampled completion: its text (stop token removed), token ids (stop token kept) and logprobs.
+
+    Immutable: a caller that re-frames it (the env role's inline answer) makes a new one with
+    ``dataclasses.replace``."""
 
     text: str
     token_ids: list[int]
@@ -55,13 +58,38 @@ class Generation:
     prompt_text: str = field(default="", repr=False)  # the prompt's text, where the caller rendered one
 
 
+class _EngineBase:
+    """The :class:`~.protocols.Engine` fields the engines here share: the tokenizer, the tokens that end a
+    turn (default: EOS and ``<|im_end|>`` if the tokenizer has it), the pad id and the token counters. No
+    caches by default."""
+
+    def __init__(self, tokenizer: Any, stop_token_ids: Sequence[int] | None = None, bf16: bool = False) -> None:
+        self.tokenizer = tokenizer
+        if stop_token_ids is None:
+            stop = {tokenizer.eos_token_id}
+            im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+            if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+                stop.add(im_end)
+            stop_token_ids = sorted(s for s in stop if s is not None)
+        self.stop_token_ids = list(stop_token_ids)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
+        self.bf16 = bf16
+        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0, "prefix_tokens": 0}
+
+    def drop(self, key: str) -> None:
+        """Forget a conversation's cache (at the end of its episode)."""
+
+    def clear(self) -> None:
+        """Forget all caches (after the weights change)."""
+
+
 @dataclass
 class _CacheEntry:
     ids: list[int]  # the tokens whose keys/values are stored
     layers: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [1, kv_heads, len, head_dim]
 
 
-class HFEngine:
+class HFEngine(_EngineBase):
     """Batched generation over a transformers model, with per-conversation KV caches.
 
     Args:
@@ -81,32 +109,20 @@ class HFEngine:
         max_cached: int = 256,
         bf16: bool = False,
     ) -> None:
+        super().__init__(tokenizer, stop_token_ids, bf16)
         self.model = model.eval()
-        self.tokenizer = tokenizer
         self.device = next(model.parameters()).device
-        if stop_token_ids is None:
-            stop = {tokenizer.eos_token_id}
-            im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-            if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-                stop.add(im_end)
-            stop_token_ids = sorted(s for s in stop if s is not None)
-        self.stop_token_ids = list(stop_token_ids)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
         self.max_cached = max_cached
         self._caches: OrderedDict[str, _CacheEntry] = OrderedDict()
         # Shared prompt prefixes (system message + tool list): computed once, reused by every conversation.
         self._prefixes: OrderedDict[tuple[int, ...], _CacheEntry] = OrderedDict()
-        self.bf16 = bf16
-        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0, "prefix_tokens": 0}
         self._cache_kw = cache_kwarg(self.model)
 
     # ------------------------------------------------------------------ public
     def drop(self, key: str) -> None:
-        """Forget a conversation's cache (at the end of its episode)."""
         self._caches.pop(key, None)
 
     def clear(self) -> None:
-        """Forget all caches (after the weights change)."""
         self._caches.clear()
         self._prefixes.clear()
 
@@ -337,26 +353,19 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
 
 
-class VLLMEngine:  # pragma: no cover - needs a GPU and vllm; never required by tests
-    """Generation through vLLM (GPU only). Same ``generate`` contract; prefix caching replaces our KV reuse."""
+class VLLMEngine(_EngineBase):  # pragma: no cover - needs a GPU and vllm; never required by tests
+    """Generation through vLLM (GPU only). Same ``generate`` contract; prefix caching replaces our KV reuse
+    (so ``drop`` and ``clear`` have nothing to forget)."""
 
-    def __init__(self, model_path: str, tokenizer: Any, stop_token_ids: Sequence[int], **kwargs: Any) -> None:
+    def __init__(
+        self, model_path: str, tokenizer: Any, stop_token_ids: Sequence[int] | None = None, **kwargs: Any
+    ) -> None:
         if not vllm_available():
             raise RuntimeError("VLLMEngine needs the vllm package and a CUDA GPU")
         from vllm import LLM
 
-        self.tokenizer = tokenizer
-        self.stop_token_ids = list(stop_token_ids)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
-        self.bf16 = False
+        super().__init__(tokenizer, stop_token_ids)
         self.llm = LLM(model=model_path, enable_prefix_caching=True, **kwargs)
-        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0}
-
-    def drop(self, key: str) -> None:
-        pass
-
-    def clear(self) -> None:
-        pass
 
     def sync_weights(self, model: Any) -> None:
         """Load the trained transformers model's weights into vLLM's copy (after each training update).

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from envace_gym.rehearsal import ImagineRequest
 from .chat import ChatFormat
 from .engine import Generation, HFEngine, SamplingConfig
 from .models import load_model_and_tokenizer, tiny_model
+from .protocols import Engine
 
 __all__ = ["LMPolicy", "tiny_policy", "ImagineRequest", "Generation", "SamplingConfig", "bf16_supported"]
 
@@ -38,7 +40,7 @@ class LMPolicy:
         tokenizer: its tokenizer, with a chat template.
         sampling: default sampling settings for :meth:`act` and :meth:`imagine`.
         name: how reports refer to this policy.
-        engine: a generation engine; default :class:`HFEngine` over ``model``.
+        engine: a generation engine (an :class:`~.protocols.Engine`); default :class:`HFEngine` over ``model``.
     """
 
     def __init__(
@@ -47,7 +49,7 @@ class LMPolicy:
         tokenizer: Any,
         sampling: SamplingConfig | None = None,
         name: str = "custom",
-        engine: Any = None,
+        engine: Engine | None = None,
         bf16: bool | str = False,
     ) -> None:
         self.model = model
@@ -55,7 +57,8 @@ class LMPolicy:
         self.sampling = sampling or SamplingConfig()
         self.name = name
         self.chat = ChatFormat(tokenizer)
-        self.engine = engine or HFEngine(model, tokenizer, bf16=bf16_supported() if bf16 == "auto" else bool(bf16))
+        bf16 = bf16_supported() if bf16 == "auto" else bool(bf16)
+        self.engine: Engine = engine or HFEngine(model, tokenizer, bf16=bf16)
         self._env_role_rng: torch.Generator | None = None
 
     # ------------------------------------------------------------------ construction
@@ -99,7 +102,7 @@ class LMPolicy:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model.to(device)
         self.engine.clear()
-        if hasattr(self.engine, "device"):
+        if isinstance(self.engine, HFEngine):  # it runs self.model, so it follows it (vLLM has its own copy)
             self.engine.device = next(self.model.parameters()).device
         return self
 
@@ -181,12 +184,7 @@ class LMPolicy:
             generator=self._env_role_rng,
             prefix_lens=[e[1] for e in encoded],
         )
-        for gen, (_, _, prompt_text, closing) in zip(gens, encoded, strict=True):
-            gen.prompt_text = prompt_text
-            if closing and gen.text.endswith(closing):  # e.g. "\n</tool_response>" before the end-of-turn token
-                # Template text, not content: it moves to stop_text so that text + stop_text still spell the tokens.
-                gen.text, gen.stop_text = gen.text[: -len(closing)], closing + gen.stop_text
-        return gens
+        return [_env_role_answer(gen, e[2], e[3]) for gen, e in zip(gens, encoded, strict=True)]
 
     def reseed(self, seed: int) -> None:
         """Restart the env role's sampling stream at ``seed`` (the actor's stream is seeded per
@@ -218,6 +216,16 @@ class LMPolicy:
     @property
     def max_context(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 4096))
+
+
+def _env_role_answer(gen: Generation, prompt_text: str, closing: str) -> Generation:
+    """``gen`` with the prompt text it continued; a template's closing text (e.g. ``"\n</tool_response>"``
+    before the end-of-turn token) is template, not content: it moves to ``stop_text``, so that ``text +
+    stop_text`` still spells the tokens."""
+    text, stop_text = gen.text, gen.stop_text
+    if closing and text.endswith(closing):
+        text, stop_text = text[: -len(closing)], closing + stop_text
+    return dataclasses.replace(gen, prompt_text=prompt_text, text=text, stop_text=stop_text)
 
 
 def tiny_policy(seed: int = 0, sampling: SamplingConfig | None = None, layers: int = 2, hidden: int = 64) -> LMPolicy:

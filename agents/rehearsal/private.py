@@ -27,14 +27,21 @@ import copy
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.loop import PolicyNote, Trajectory, collect
-from envace_gym.rehearsal import RehearsalFork, SelfRehearsalEnv
+from envace_gym.backends.spec import BackendSpec
+from envace_gym.compose import rehearse
+from envace_gym.rehearsal import Imaginer, RehearsalFork
 
 from .memory import MEMORY_HEADER, RehearsalOutcome, condense, cut_to_tokens, render_memory
+
+if TYPE_CHECKING:
+    from envace_gym.agents.lm.protocols import LMPolicyLike
+    from envace_gym.agents.scripted import TextPolicy
 
 __all__ = ["PrivateRehearsal", "rehearsal_tokens", "REHEARSAL_MODES"]
 
@@ -57,7 +64,7 @@ class _Noted:
     """A policy that adds a fixed note per env (by identity) through ``collect``'s hook, once, where the env's
     episode starts: a sequential rehearsal sees the memory of the ones before it."""
 
-    def __init__(self, policy: Any, notes: dict[int, str | None]) -> None:
+    def __init__(self, policy: LMPolicyLike | TextPolicy, notes: dict[int, str | None]) -> None:
         self._policy, self._notes = policy, dict(notes)
 
     def __getattr__(self, name: str) -> Any:
@@ -100,13 +107,13 @@ class PrivateRehearsal:
 
     def __init__(
         self,
-        policy: Any,
+        policy: LMPolicyLike | TextPolicy,
         budget: int | str = 2,
         mode: str = "parallel",
         max_budget: int = 4,
         memory: str = "deterministic",
         memory_tokens: int = 256,
-        imaginer: Any = None,
+        imaginer: Imaginer | None = None,
         env_role_mode: str = "prompted",
         temperature: float = 0.7,
         each_user_turn: bool = False,
@@ -122,7 +129,7 @@ class PrivateRehearsal:
             raise ValueError(f"memory must be 'deterministic' or 'summary', got {memory!r}")
         if memory_tokens < 16:
             raise ValueError(f"memory_tokens must be at least 16, got {memory_tokens}")
-        self._is_lm = hasattr(policy, "generate_ids") and hasattr(policy, "encode_prompt")
+        self._is_lm = is_lm_policy(policy)
         if imaginer is None and not self._is_lm:
             raise ValueError("a text policy cannot imagine tool results: pass imaginer=<env role>")
         if memory == "summary" and not self._is_lm:
@@ -199,10 +206,8 @@ class PrivateRehearsal:
     # ------------------------------------------------------------------ internals
     def _play(self, forks: Sequence[RehearsalFork], memos: Sequence[str | None]) -> list[Trajectory]:
         """One rehearsal on each fork (all in one ``collect`` call); ``memos[j]``: the note fork j's actor sees."""
-        envs = [
-            SelfRehearsalEnv(fork.sibling(), self.imaginer, mode=self.env_role_mode, grounding="none", on_invalid="end")
-            for fork in forks
-        ]
+        backend = BackendSpec.self_imagined_as(self.env_role_mode)
+        envs = [rehearse(fork.sibling(), backend, self.imaginer, grounding="none", on_invalid="end") for fork in forks]
         self._round += 1
         seed = self.seed + 1000 * self._round
         notes = {id(env): memo for env, memo in zip(envs, memos, strict=True)}

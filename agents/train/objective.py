@@ -37,15 +37,13 @@ __all__ = [
     "low_var_kl",
 ]
 
-ROLES = ("actor", "env_role", "grounding")
-
 
 @dataclass
 class Sample:
     """One training row: ``input_ids`` with a loss mask, the logprobs that generated them, its reward."""
 
     group: str  # the GRPO group: f"{task group}/{role}"
-    role: str  # actor | env_role | grounding
+    role: str  # one of GENERATED_ROLES (agents/lm/chat.py), or grounding: an env-role row with a supervised target
     input_ids: list[int]
     loss_mask: list[int]
     old_logprobs: list[float]  # aligned with input_ids; 0.0 where not trained

@@ -20,7 +20,7 @@ import gymnasium as gym
 import torch
 from tqdm.auto import tqdm
 
-from envace_gym.agents.lm.chat import encode_conversation
+from envace_gym.agents.lm.chat import GENERATED_ROLES, encode_conversation
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.compose import rehearse
@@ -92,9 +92,6 @@ class SFTExample:
     keep_end: bool = False  # when too long, cut the middle and keep the end (the env role's target is last)
 
 
-ROLES = ("actor", "env_role")
-
-
 class _Recorder(RealResultImaginer):
     """The perfect env role, keeping (simulator prompt, real answer) pairs as env-role targets."""
 
@@ -129,9 +126,9 @@ def build_sft_examples(
     ``<execution_result>`` form) as the target; and the inline form: in the episode's conversation, the
     tool messages' contents are targets too.
     """
-    unknown = set(roles) - set(ROLES)
+    unknown = set(roles) - set(GENERATED_ROLES)
     if unknown or not roles:
-        raise ValueError(f"roles must be among {ROLES}, got {list(roles)}")
+        raise ValueError(f"roles must be among {GENERATED_ROLES}, got {list(roles)}")
     pool = list(env.unwrapped.pool)
     random.Random(seed).shuffle(pool)
     pool = pool[:max_examples] if max_examples else pool

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from argparse import SUPPRESS, ArgumentParser, Namespace, _StoreFalseAction
 from dataclasses import dataclass, field
-from typing import Any, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 import gymnasium as gym
 from transformers import HfArgumentParser
@@ -20,6 +20,9 @@ from transformers.hf_argparser import string_to_bool
 from ..backends.spec import BackendSpec, parse_backend_spec
 from ..compose import make_env
 from ..rehearsal.protocol import Imaginer
+
+if TYPE_CHECKING:  # the agents load torch: imported where a command runs
+    from envace_gym.agents.lm.policy import LMPolicy
 
 __all__ = [
     "BackendArgs",
@@ -32,7 +35,7 @@ __all__ = [
     "check_lm_policy",
     "configs_from_namespace",
     "env_ids",
-    "is_lm_policy",
+    "is_lm_spec",
     "load_lm",
     "make_imaginer",
 ]
@@ -52,12 +55,13 @@ def env_ids() -> list[str]:
     return sorted(k for k in gym.registry if k.startswith("EnvACE-"))
 
 
-def is_lm_policy(spec: str) -> bool:
+def is_lm_spec(spec: str) -> bool:
+    """Whether a ``--policy`` string names a language model (``default``, ``tiny``, ``ckpt:``, ``hf:``, ``gguf:``)."""
     return spec in LM_POLICIES or spec.partition(":")[0] in LM_POLICY_KINDS
 
 
 def check_lm_policy(spec: str, flag: str = "--policy") -> None:
-    if not is_lm_policy(spec):
+    if not is_lm_spec(spec):
         raise ValueError(f"{flag} {spec!r} is not a language model; use {LM_POLICY_USAGE}")
 
 
@@ -246,7 +250,7 @@ def flag_dests(parser: ArgumentParser) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------ env and models
-def load_lm(spec: str, sampling: SamplingArgs, seed: int, engine: str = "hf"):
+def load_lm(spec: str, sampling: SamplingArgs, seed: int, engine: str = "hf") -> LMPolicy:
     from envace_gym.agents.lm.models import ModelLoadError
     from envace_gym.agents.lm.policy import LMPolicy
 
@@ -256,7 +260,9 @@ def load_lm(spec: str, sampling: SamplingArgs, seed: int, engine: str = "hf"):
         raise UserError(str(exc)) from None
 
 
-def make_imaginer(backend: BackendSpec, actor: Any, simulator: str, sampling: SamplingArgs, seed: int) -> Any:
+def make_imaginer(
+    backend: BackendSpec, actor: LMPolicy | None, simulator: str, sampling: SamplingArgs, seed: int
+) -> Imaginer | None:
     """Who imagines tool results: the actor itself (``self``, ``self-inline``) or a separate frozen model
     (``simulator``); ``None`` for the backends an env builds itself."""
     if backend.self_imagined:

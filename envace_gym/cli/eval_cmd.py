@@ -6,7 +6,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .common import (
     LM_POLICY_USAGE,
@@ -14,12 +14,16 @@ from .common import (
     EnvArgs,
     RunArgs,
     SamplingArgs,
-    is_lm_policy,
+    is_lm_spec,
     load_lm,
     make_imaginer,
 )
 
 __all__ = ["CONFIGS", "EvalArgs", "run"]
+
+if TYPE_CHECKING:  # the agents load torch: imported where the command runs
+    from envace_gym.agents.lm.policy import LMPolicy
+    from envace_gym.agents.rehearsal import PrivateRehearsal
 
 
 @dataclass
@@ -51,7 +55,7 @@ class EvalArgs:
     def __post_init__(self) -> None:
         from envace_gym.agents.scripted import SCRIPTED_POLICIES
 
-        if self.policy not in SCRIPTED_POLICIES and not is_lm_policy(self.policy):
+        if self.policy not in SCRIPTED_POLICIES and not is_lm_spec(self.policy):
             raise ValueError(f"unknown policy {self.policy!r}; use {' | '.join(SCRIPTED_POLICIES)} | {LM_POLICY_USAGE}")
         if self.episodes is not None and self.episodes < 1:
             raise ValueError(f"--episodes must be >= 1 (leave it out to run every task once), got {self.episodes}")
@@ -62,7 +66,7 @@ class EvalArgs:
                 raise ValueError(
                     f"--rehearsal-budget must be an integer >= 0 or adaptive, got {self.rehearsal_budget!r}"
                 )
-            if not is_lm_policy(self.policy):
+            if not is_lm_spec(self.policy):
                 raise ValueError("--rehearsal-budget needs a language-model --policy (it imagines the tool results)")
         if self.rehearsal_mode not in ("parallel", "sequential"):
             raise ValueError(f"--rehearsal-mode must be parallel or sequential, got {self.rehearsal_mode!r}")
@@ -71,7 +75,7 @@ class EvalArgs:
         if self.rehearsal_memory_tokens < 16:
             raise ValueError(f"--rehearsal-memory-tokens must be >= 16, got {self.rehearsal_memory_tokens}")
 
-    def rehearsal(self, policy: Any, seed: int) -> Any:
+    def rehearsal(self, policy: LMPolicy, seed: int) -> LMPolicy | PrivateRehearsal:
         """``policy`` wrapped in :class:`~envace_gym.agents.rehearsal.PrivateRehearsal` when a budget is given."""
         if self.rehearsal_budget is None:
             return policy
@@ -97,7 +101,7 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
 
     backend = backend_args.spec
     t0 = time.monotonic()
-    lm = load_lm(args.policy, sampling, run_args.seed) if is_lm_policy(args.policy) else None
+    lm = load_lm(args.policy, sampling, run_args.seed) if is_lm_spec(args.policy) else None
     imaginer = make_imaginer(backend, lm, args.simulator, sampling, run_args.seed)
     env = env_args.make_env(backend, imaginer)
     pool = env.unwrapped.pool

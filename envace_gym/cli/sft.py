@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from envace_gym.agents.train.sft import ROLES, SFTConfig, build_sft_examples, train_sft
+from envace_gym.agents.lm.chat import GENERATED_ROLES
+from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
 
 from .common import (
     LM_POLICY_USAGE,
@@ -40,9 +41,11 @@ class SFTArgs:
 
     def __post_init__(self) -> None:
         check_lm_policy(self.policy)
-        unknown = [r for r in self.role_list if r not in ROLES]
+        unknown = [r for r in self.role_list if r not in GENERATED_ROLES]
         if unknown or not self.role_list:
-            raise ValueError(f"--roles takes a comma-separated list of {', '.join(ROLES)}; got {self.roles!r}")
+            raise ValueError(
+                f"--roles takes a comma-separated list of {', '.join(GENERATED_ROLES)}; got {self.roles!r}"
+            )
 
     @property
     def role_list(self) -> list[str]:

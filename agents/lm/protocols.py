@@ -1,0 +1,83 @@
+"""The seams of the language-model side, as protocols: what a generation engine offers (:class:`Engine`),
+what makes a policy an LM policy (:class:`LMPolicyLike`). No torch here: the episode loop checks a policy
+without loading it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from .engine import Generation, SamplingConfig
+
+__all__ = ["Engine", "WeightSyncingEngine", "LMPolicyLike", "is_lm_policy"]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What :class:`~.policy.LMPolicy` generates through: batched continuation of token-id prompts, with
+    the logprob of every sampled token. :class:`~.engine.HFEngine` and :class:`~.engine.VLLMEngine`
+    implement it."""
+
+    tokenizer: Any
+    stop_token_ids: list[int]  # tokens that end a turn
+    pad_id: int
+    bf16: bool  # forward passes under bfloat16 autocast
+    stats: dict[str, int]  # token counters: prompt_tokens, reused_tokens, generated_tokens, prefix_tokens
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingConfig,
+        keys: Sequence[str | None] | None = None,
+        generator: torch.Generator | None = None,
+        prefix_lens: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Continue each prompt; ``keys`` name conversations whose caches may be reused on their next turn,
+        ``prefix_lens`` the length of a head shared with other prompts."""
+        ...
+
+    def drop(self, key: str) -> None:
+        """Forget a conversation's cache (at the end of its episode)."""
+        ...
+
+    def clear(self) -> None:
+        """Forget all caches (after the weights change)."""
+        ...
+
+
+@runtime_checkable
+class WeightSyncingEngine(Engine, Protocol):
+    """An engine that holds its own copy of the weights (vLLM): a trainer pushes each update to it."""
+
+    def sync_weights(self, model: Any) -> None: ...
+
+
+@runtime_checkable
+class LMPolicyLike(Protocol):
+    """A policy that works on tokens: the rollout loop encodes its prompts and drives its engine itself
+    (one batched call for all envs), where a text policy gets ``act(obs, info)`` per env.
+    :class:`~.policy.LMPolicy` is one; so is a wrapper that forwards these two methods."""
+
+    def encode_prompt(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
+    ) -> tuple[list[int], int]: ...
+
+    def generate_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        keys: Sequence[str | None] | None = None,
+        sampling: SamplingConfig | None = None,
+        generator: torch.Generator | None = None,
+        prefix_lens: Sequence[int] | None = None,
+    ) -> list[Generation]: ...
+
+
+def is_lm_policy(policy: Any) -> bool:
+    """Whether ``policy`` is driven through its engine (:class:`LMPolicyLike`) rather than acting on text.
+
+    A protocol check, not ``hasattr`` dispatch. (Python 3.11 checks a protocol's members with ``hasattr``,
+    so a wrapper that forwards them through ``__getattr__`` passes; 3.12 looks them up statically.)"""
+    return isinstance(policy, LMPolicyLike)
