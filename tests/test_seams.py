@@ -302,3 +302,20 @@ def test_envs_import_no_agents():
         for p in (ROOT / "envs").rglob("*.py")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+@pytest.mark.parametrize("backend", ["self-inline", "simulator"])  # real and self: tests/test_envace_trainer.py
+def test_the_trainer_composes_its_envs_as_the_backend_spec_says(backend):
+    from envace_gym.agents.lm.policy import tiny_policy
+    from envace_gym.agents.train.config import EnvACEConfig
+    from envace_gym.agents.train.envace import EnvACETrainer
+
+    policy = tiny_policy()
+    cfg = EnvACEConfig(backend=backend, steps=1, tasks_per_step=1, group_size=2, bf16=False)
+    trainer = EnvACETrainer(policy, lambda: gym.make("EnvACE-ToolCall-v0", suite="builtin/bank"), cfg, progress=False)
+    mode = parse_backend_spec(backend).imagination_mode
+    for env in trainer.envs:
+        assert isinstance(env, SelfRehearsalEnv) == (mode is not None)
+        if mode is not None:
+            assert env.mode == mode
+            assert env.policy is (trainer.simulator if backend == "simulator" else policy)
