@@ -36,6 +36,7 @@ import envace_gym
 from envace_gym import TaskSuite, parse_backend_spec
 from envace_gym.agents.eval.stats import wilson_interval
 from envace_gym.calls import parse_calls
+from envace_gym.rehearsal import Imaginer
 from envace_gym.rewards import call_match
 from envace_gym.wrappers import CandidateActions, FeatureObservation
 
@@ -68,7 +69,7 @@ def lm_embedder(spec: str):
 EMBED = None  # set by --embed
 
 
-def make_env(tasks: list[Any], backend: str, args: argparse.Namespace, imaginer: Any = None) -> gym.Env:
+def make_env(tasks: list[Any], backend: str, args: argparse.Namespace, imaginer: Imaginer | None = None) -> gym.Env:
     """ToolCallEnv over ``tasks`` -> (SelfRehearsalEnv) -> CandidateActions -> FeatureObservation."""
     env = envace_gym.make_env(  # backend self: wrapped so that imaginer answers the tool calls
         "EnvACE-ToolCall-v0",
