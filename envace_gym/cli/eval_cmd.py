@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envace_gym.agents.rehearsal.private import REHEARSAL_MODES  # no torch: the policy loads it
+
 from .common import (
     LM_POLICY_USAGE,
     BackendArgs,
@@ -68,8 +70,9 @@ class EvalArgs:
                 )
             if not is_lm_spec(self.policy):
                 raise ValueError("--rehearsal-budget needs a language-model --policy (it imagines the tool results)")
-        if self.rehearsal_mode not in ("parallel", "sequential"):
-            raise ValueError(f"--rehearsal-mode must be parallel or sequential, got {self.rehearsal_mode!r}")
+        if self.rehearsal_mode not in REHEARSAL_MODES:
+            modes = " or ".join(REHEARSAL_MODES)
+            raise ValueError(f"--rehearsal-mode must be {modes}, got {self.rehearsal_mode!r}")
         if self.rehearsal_max_budget < 2:
             raise ValueError(f"--rehearsal-max-budget must be >= 2, got {self.rehearsal_max_budget}")
         if self.rehearsal_memory_tokens < 16:
