@@ -132,7 +132,9 @@ def test_rollouts_match_the_golden_record(case, monkeypatch):
     exact_got, lps_got = _strip_logprobs(got)
     assert exact_got == exact_expected
     assert len(lps_got) == len(lps_expected)
-    assert max((abs(a - b) for a, b in zip(lps_got, lps_expected, strict=True)), default=0.0) < 1e-6
+    # 1e-6 relative: float32's resolution at a logprob of about -10 (a worker's env role re-encoded its whole
+    # prompt; the parent's continues the actor's KV cache, which rounds differently in the last bit or two).
+    assert all(abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(lps_got, lps_expected, strict=True))
 
 
 def test_the_golden_record_covers_multi_call_steps_and_both_modes():
