@@ -79,16 +79,21 @@ class LocalEnvs:
 
     def __init__(self, envs: Sequence[gym.Env]) -> None:
         self.envs = list(envs)
-        self._bases = [half_step_base(env) for env in self.envs]
+        self._bases: dict[int, Any] = {}  # found on first use: only envs whose env role the caller answers
+
+    def _base(self, index: int) -> Any:
+        if index not in self._bases:
+            self._bases[index] = half_step_base(self.envs[index])
+        return self._bases[index]
 
     def begin_steps(self, indices: Sequence[int], actions: Sequence[Any]) -> list[PendingStep | None]:
         return [
-            self._bases[i].begin_step(a) if self._bases[i] is not None else None
+            base.begin_step(a) if (base := self._base(i)) is not None else None
             for i, a in zip(indices, actions, strict=True)
         ]
 
     def continue_steps(self, indices: Sequence[int], answers: Sequence[Any]) -> list[PendingStep]:
-        return [self._bases[i].continue_step([a]) for i, a in zip(indices, answers, strict=True)]
+        return [self._base(i).continue_step([a]) for i, a in zip(indices, answers, strict=True)]
 
     def step(self, indices: Sequence[int], actions: Sequence[Any]) -> list[tuple]:
         return [self.envs[i].step(a) for i, a in zip(indices, actions, strict=True)]
