@@ -134,3 +134,37 @@ def test_collect_over_a_process_vector_env_answers_all_workers_env_role_in_one_e
     assert calls == [(3, False), (3, True), (3, False), (3, True)]
     assert all(len(t.env_role_samples) == 2 and all(s.valid for s in t.env_role_samples) for t in trajs)
     assert all(t.truncated for t in trajs)
+
+
+class _SlowHalfStep(gym.Env):
+    """An env whose half-step never returns in time when told to (a tool stuck in native code, say)."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {}
+
+    def begin_step(self, action):
+        if action == "hang":
+            import time
+
+            time.sleep(600)
+        return PendingStep(1, [])
+
+
+def test_a_worker_stuck_in_its_half_step_is_terminated_by_the_worker_timeout():
+    from envace_gym.agents.rollout.remote import RemoteEnvs
+    from envace_gym.vector import ToolCallAsyncVectorEnv, WorkerTimeoutError
+
+    vec = ToolCallAsyncVectorEnv([_SlowHalfStep, _SlowHalfStep], worker_timeout=3)
+    remote = RemoteEnvs(vec)
+    assert remote.begin_steps([0, 1], ["ok", "ok"]) == [PendingStep(1, []), PendingStep(1, [])]
+    processes = list(vec.processes)
+    with pytest.raises(WorkerTimeoutError, match="worker 1 did not answer begin_step"):
+        remote.begin_steps([0, 1], ["ok", "hang"])
+    assert vec.closed
+    for process in processes:
+        process.join(10)
+        assert not process.is_alive()

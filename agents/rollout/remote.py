@@ -28,6 +28,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from envace_gym.vector import WorkerTimeoutError
+
 __all__ = ["RemoteEnvs", "RemoteEnv", "unbatch_info"]
 
 #: Gymnasium's worker protocol (``AsyncVectorEnv``'s ``_call`` command): a method call on one worker's env.
@@ -118,7 +120,16 @@ class RemoteEnvs:
         pipes = self.vec.parent_pipes
         for i, a in zip(indices, args, strict=True):
             pipes[i].send((_CALL, (name, a, {})))
-        replies = [pipes[i].recv() for i in indices]
+        timeout = getattr(self.vec, "worker_timeout", None)  # ToolCallAsyncVectorEnv's bound on a stuck worker
+        replies = []
+        for i in indices:
+            if timeout is not None and not pipes[i].poll(timeout):
+                self.vec.close(terminate=True)  # a stuck worker cannot be told to stop
+                raise WorkerTimeoutError(
+                    f"worker {i} did not answer {name}() within {timeout} s; the workers were terminated and the "
+                    "vector env is closed, build a new one"
+                )
+            replies.append(pipes[i].recv())
         successes = [True] * self.num_envs
         for i, (_, ok) in zip(indices, replies, strict=True):
             successes[i] = ok
