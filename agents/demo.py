@@ -266,7 +266,6 @@ def run_demo(cfg: DemoConfig) -> Path:
 
     rl_dir = run_dir / "envace"
     records = EnvACETrainer(policy, lambda: _make_envs(cfg, "train", 1)[0], rl_cfg, rl_dir).train()
-    policy.sampling = sampling
 
     after_trajs, after = _evaluate(policy, cfg, "after EnvACE: eval")
     save_trajectories(after_trajs, run_dir / "trajectories_after.jsonl")

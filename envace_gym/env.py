@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -33,7 +34,7 @@ from .suites import load_suite
 from .tasks import Task, TaskSuite
 from .transcript import render_transcript
 
-__all__ = ["ToolCallEnv", "DEFAULT_SYSTEM_PROMPT", "clip"]
+__all__ = ["ToolCallEnv", "PendingStep", "DEFAULT_SYSTEM_PROMPT", "clip"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant that can call tools. To call a tool, write "
@@ -50,6 +51,44 @@ def clip(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     return text[:max_chars] + f"...[truncated {len(text) - max_chars} chars]"
+
+
+@dataclass
+class PendingStep:
+    """A step that :meth:`ToolCallEnv.begin_step` began and that waits for its imagined calls' answers.
+
+    ``requests`` are the env-role requests (:class:`~envace_gym.rehearsal.ImagineRequest`) to answer now:
+    at most one, because each call of a message is asked with the answers to the calls before it in view
+    (prompted: the conversation so far; inline: the actor's context); empty when the step can finish. Plain
+    data, so that a worker process can hand it to its parent and take it back in ``step(pending)``.
+    """
+
+    step: int  # the episode's step it belongs to (``env.steps``)
+    requests: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class _CallRun:
+    """One message's calls, run in order, paused where an imagined call waits for its answer."""
+
+    calls: list[ToolCall]
+    errors: list[CallError]
+    shown: list[str] = field(default_factory=list)
+    results: list[ToolResult] = field(default_factory=list)
+    next: int = 0  # the next call to run
+    waiting: tuple[ToolCall, Any] | None = None  # (call, its ImagineRequest) while an answer is awaited
+
+    @property
+    def runs_calls(self) -> bool:
+        return bool(self.calls or self.errors)
+
+    @property
+    def stopped(self) -> bool:  # a fatal result ends the step: later calls are not run
+        return any(r.fatal for r in self.results)
+
+    @property
+    def observation(self) -> str:
+        return "\n".join(f"<tool_response>\n{c}\n</tool_response>" for c in self.shown)
 
 
 class ToolCallEnv(gym.Env[str, str]):
@@ -103,6 +142,17 @@ class ToolCallEnv(gym.Env[str, str]):
       report. Extend it to record how your benchmark names such an end.
     * :meth:`end_episode` ``() -> (reward, components)``: call it from a hook to end the episode early
       (a benchmark's own limit) and score it.
+
+    **The step as two halves** (how a rollout loop batches the env role of many envs): :meth:`begin_step`
+    ``(action) -> PendingStep`` parses the action, runs the checks and every call a backend answers by itself,
+    and stops at the first call an imagined backend (one with ``begin_call``/``finish_call``, such as
+    :class:`~envace_gym.rehearsal.ImaginedBackend`) needs an answer for, returning its request;
+    :meth:`continue_step` ``(answers)`` hands over the answers and returns the next requests; and
+    ``env.step(pending)`` (on the outermost wrapper, so that every wrapper still sees the step's outcome) or
+    :meth:`finish_step` (on this env) ends the step with Gymnasium's 5-tuple. ``step(action)`` is the three
+    in one, its imagined calls answered synchronously by the backend's own imaginer. Hooks run as in
+    ``step(action)``; :meth:`run_calls` reports the calls run so far instead of running them again.
+    A wrapper that changes actions (``gym.ActionWrapper``) is bypassed by ``begin_step``: do not use one there.
 
     State a hook may read: ``task``, ``backend``, ``parsed`` (the step's :class:`ParsedAction`: hooks reuse
     it instead of parsing the message again), ``messages`` (the chat so far, OpenAI format),
@@ -178,6 +228,7 @@ class ToolCallEnv(gym.Env[str, str]):
         self.call_counts = {"ok": 0, "failed": 0}
         self._call_seq = 0
         self.parsed = ParsedAction("", [], [])
+        self._in_flight: _CallRun | None = None  # the step begun and not finished (see begin_step)
         self.episode_index = -1  # counts resets: lets observers tell episodes apart
         self.scored = True  # False on private rehearsal forks: episodes end unscored
 
@@ -198,39 +249,30 @@ class ToolCallEnv(gym.Env[str, str]):
         self.steps = 0
         self.call_counts = {"ok": 0, "failed": 0}
         self._call_seq = 0
+        self._in_flight = None
         self.done = False
         self.episode_index += 1
         return self.task.user_turns[0], self.build_info([], [])
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self.done or self.task is None:
-            raise RuntimeError("the episode is over (or never started): call reset() first")
-        self.steps += 1
-        parsed, refusal = self._parse(action)
-        self.parsed = parsed  # the step's one parse, for hooks (an over-long action is never parsed)
-        text = action if isinstance(action, str) else repr(action)
-        calls = parsed.calls[: self.max_calls_per_step]
-        # Bounded so that no action can produce an observation outside observation_space.
-        errors = list(parsed.errors[: self.max_calls_per_step]) + ([refusal] if refusal else [])
-        if len(parsed.calls) > self.max_calls_per_step:
-            errors.append(
-                CallError(
-                    ErrorCode.INVALID_TOOL_CALL_FORMAT,
-                    f"{len(parsed.calls)} calls in one message; at most {self.max_calls_per_step} are run",
-                )
-            )
-        calls = [ToolCall(c.name, c.arguments, c.id or self._next_call_id()) for c in calls]
-        assistant: dict[str, Any] = {"role": "assistant", "content": text}
-        if calls:
-            assistant["tool_calls"] = tool_calls_to_openai(calls)
-        self.messages.append(assistant)
-
+    def step(self, action: str | PendingStep) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Gymnasium's step; ``action`` may also be a :class:`PendingStep` whose requests are all answered
+        (see the class docstring: the second half of a step that :meth:`begin_step` began)."""
+        pending = action if isinstance(action, PendingStep) else self._begin(action, defer=False)
+        run = self._in_flight
+        if run is None or pending.step != self.steps:
+            raise RuntimeError("step(pending) takes the PendingStep of this env's step in flight (begin_step)")
+        if run.waiting is not None:
+            raise ValueError("the step's imagined calls wait for answers: hand them over with continue_step()")
         terminated = False
         results: list[ToolResult] = []
-        if errors or calls:
-            observation, results = self.run_calls(calls, errors)
-        else:
-            observation, terminated = self.on_answer(parsed.content)
+        try:
+            if run.runs_calls:
+                observation, results = self.run_calls(run.calls, run.errors)
+            else:
+                observation, terminated = self.on_answer(self.parsed.content)
+        finally:
+            self._in_flight = None
+        errors = run.errors
         self._count_calls(results, errors)
         fatal = next((r for r in results if r.fatal), None)
         truncated = not terminated and not self.done and self.steps >= (self.task.max_turns or self.max_turns)
@@ -248,6 +290,39 @@ class ToolCallEnv(gym.Env[str, str]):
         if self.render_mode == "human":
             self.render()
         return observation, reward, terminated, truncated, info
+
+    def begin_step(self, action: str) -> PendingStep:
+        """The first half of :meth:`step`: parse ``action``, run its checks and the calls a backend answers by
+        itself, and stop at the first imagined call, whose request is in ``pending.requests``."""
+        return self._begin(action, defer=True)
+
+    def continue_step(self, answers: Sequence[Any]) -> PendingStep:
+        """Answer the step's requests, in order (each a generation, a string, or the exception the env role
+        raised, which the episode sees as that call's error); run on to the next imagined call."""
+        run = self._in_flight
+        if run is None or run.waiting is None:
+            raise RuntimeError("no request waits for an answer (begin_step first)")
+        if len(answers) != 1:
+            raise ValueError(f"{len(answers)} answers for 1 request")
+        call, _ = run.waiting
+        run.waiting = None
+        try:
+            result = self.backend.finish_call(call, answers[0])  # type: ignore[union-attr]
+        except Exception as exc:  # a backend must not raise; contain one that does
+            message = f"backend error: {type(exc).__name__}: {exc}"
+            result = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
+        self._record_result(run, call, result)
+        self._advance(run, defer=True)
+        return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
+
+    def finish_step(
+        self, pending: PendingStep, answers: Sequence[Any] = ()
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The second half of :meth:`step`: hand over the last ``answers`` and end the step (this env's own
+        ``step(pending)``; through wrappers, call ``wrapped_env.step(pending)`` instead)."""
+        if answers:
+            pending = self.continue_step(answers)
+        return self.step(pending)
 
     def render(self) -> str | None:
         text = self.transcript()
@@ -352,44 +427,13 @@ class ToolCallEnv(gym.Env[str, str]):
 
     def run_calls(self, calls: list[ToolCall], errors: list[CallError]) -> tuple[str, list[ToolResult]]:
         """Execute one message's calls (after reporting its format ``errors``); returns the observation and
-        the results. After a ``fatal`` result the step's remaining calls are not run."""
-        assert self.backend is not None
-        bind = getattr(self.backend, "bind_conversation", None)
-        if bind is not None:  # a backend whose answers depend on the conversation (an imagined one)
-            bind(self.messages)
-        shown: list[str] = []
-        results: list[ToolResult] = []
-        for err in errors:  # format problems: no call to run, but the agent is told what was wrong
-            payload = {"error": {"code": err.code.value, "message": err.message}}
-            content = clip(json.dumps(payload, ensure_ascii=False), self.max_result_chars)
-            call_id = self._next_call_id()
-            self.messages.append({"role": "tool", "tool_call_id": call_id, "name": err.tool or "", "content": content})
-            shown.append(content)
-        stopped = False  # a fatal result ends the step: later calls are not run
-        # The call ledger: a backend that books its own calls (replay, imagination) knows which reached a
-        # real tool; any other backend is real, and each call that passed the checks ran on it.
-        books_live = not is_self_accounting(self.backend)
-        for call in calls:
-            if stopped:
-                result = ToolResult.failure(
-                    call, ErrorCode.TOOL_EXECUTION_ERROR, "not run: an earlier imagined result was unusable"
-                )
-            else:
-                try:
-                    result = self.backend.execute(call)
-                except Exception as exc:  # a backend must not raise; contain one that does
-                    message = f"backend error: {type(exc).__name__}: {exc}"
-                    result = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
-                if books_live and (result.error is None or result.error.code not in INVALID_CALL_CODES):
-                    LEDGER.record("live")
-            results.append(result)
-            stopped = stopped or result.fatal
-            if result.ok:
-                self.record.calls.append(ToolCall(call.name, call.arguments))
-            content = clip(result.to_message_content(), self.max_result_chars)
-            self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
-            shown.append(content)
-        return "\n".join(f"<tool_response>\n{c}\n</tool_response>" for c in shown), results
+        the results. After a ``fatal`` result the step's remaining calls are not run. Within a step the calls
+        already ran (in :meth:`begin_step` and :meth:`continue_step`): this returns what they gave."""
+        run = self._in_flight
+        if run is None or run.calls is not calls or run.waiting is not None:  # called outside a step
+            run = self._start_calls(calls, errors)
+            self._advance(run, defer=False)
+        return run.observation, run.results
 
     def on_answer(self, content: str) -> tuple[str, bool]:
         """An answer (a message without calls): the next user turn, or the end of the episode."""
@@ -452,6 +496,90 @@ class ToolCallEnv(gym.Env[str, str]):
         return self.score() if self.scored else (0.0, {})
 
     # ------------------------------------------------------------------ internals
+    def _begin(self, action: Any, defer: bool) -> PendingStep:
+        """The step up to its first imagined call (``defer``), or through all its calls (imagined ones
+        answered by the backend's own imaginer)."""
+        if self._in_flight is not None:
+            raise RuntimeError("a step is in flight: finish it with step(pending) first")
+        if self.done or self.task is None:
+            raise RuntimeError("the episode is over (or never started): call reset() first")
+        self.steps += 1
+        parsed, refusal = self._parse(action)
+        self.parsed = parsed  # the step's one parse, for hooks (an over-long action is never parsed)
+        text = action if isinstance(action, str) else repr(action)
+        calls = parsed.calls[: self.max_calls_per_step]
+        # Bounded so that no action can produce an observation outside observation_space.
+        errors = list(parsed.errors[: self.max_calls_per_step]) + ([refusal] if refusal else [])
+        if len(parsed.calls) > self.max_calls_per_step:
+            errors.append(
+                CallError(
+                    ErrorCode.INVALID_TOOL_CALL_FORMAT,
+                    f"{len(parsed.calls)} calls in one message; at most {self.max_calls_per_step} are run",
+                )
+            )
+        calls = [ToolCall(c.name, c.arguments, c.id or self._next_call_id()) for c in calls]
+        assistant: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            assistant["tool_calls"] = tool_calls_to_openai(calls)
+        self.messages.append(assistant)
+        run = self._start_calls(calls, errors) if calls or errors else _CallRun(calls, errors)
+        self._in_flight = run
+        if run.runs_calls:
+            self._advance(run, defer)
+        return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
+
+    def _start_calls(self, calls: list[ToolCall], errors: list[CallError]) -> _CallRun:
+        """Show the backend the conversation, and the agent its format ``errors`` (no call to run)."""
+        assert self.backend is not None
+        bind = getattr(self.backend, "bind_conversation", None)
+        if bind is not None:  # a backend whose answers depend on the conversation (an imagined one)
+            bind(self.messages)
+        run = _CallRun(calls, errors)
+        for err in errors:
+            payload = {"error": {"code": err.code.value, "message": err.message}}
+            content = clip(json.dumps(payload, ensure_ascii=False), self.max_result_chars)
+            call_id = self._next_call_id()
+            self.messages.append({"role": "tool", "tool_call_id": call_id, "name": err.tool or "", "content": content})
+            run.shown.append(content)
+        return run
+
+    def _advance(self, run: _CallRun, defer: bool) -> None:
+        """Run ``run``'s calls in order until one waits for an imagined answer (``defer``) or none is left."""
+        backend = self.backend
+        assert backend is not None
+        ask = getattr(backend, "begin_call", None) if defer else None
+        # The call ledger: a backend that books its own calls (replay, imagination) knows which reached a
+        # real tool; any other backend is real, and each call that passed the checks ran on it.
+        books_live = not is_self_accounting(backend)
+        while run.next < len(run.calls):
+            call = run.calls[run.next]
+            run.next += 1
+            if run.stopped:
+                result = ToolResult.failure(
+                    call, ErrorCode.TOOL_EXECUTION_ERROR, "not run: an earlier imagined result was unusable"
+                )
+            else:
+                try:
+                    asked = ask(call) if ask is not None else backend.execute(call)
+                except Exception as exc:  # a backend must not raise; contain one that does
+                    message = f"backend error: {type(exc).__name__}: {exc}"
+                    asked = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
+                if not isinstance(asked, ToolResult):  # an imagined call: its request waits for an answer
+                    run.waiting = (call, asked)
+                    return
+                result = asked
+                if books_live and (result.error is None or result.error.code not in INVALID_CALL_CODES):
+                    LEDGER.record("live")
+            self._record_result(run, call, result)
+
+    def _record_result(self, run: _CallRun, call: ToolCall, result: ToolResult) -> None:
+        run.results.append(result)
+        if result.ok:
+            self.record.calls.append(ToolCall(call.name, call.arguments))
+        content = clip(result.to_message_content(), self.max_result_chars)
+        self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+        run.shown.append(content)
+
     def _count_calls(self, results: list[ToolResult], errors: list[CallError]) -> None:
         # A call is valid when it parsed, named an offered tool and fit its schema; "no such order" or a
         # timeout is the world's answer to a valid call.

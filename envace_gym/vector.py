@@ -2,9 +2,9 @@
 
 :class:`ToolCallVectorEnv` is Gymnasium's ``SyncVectorEnv`` (same spaces, info batching, autoreset modes,
 ``reset_mask``), except that one :meth:`~ToolCallVectorEnv.step` steps its envs through
-:func:`~envace_gym.rehearsal.batching.step_batched`: envs whose tool results are imagined by one shared
-env role (``SelfRehearsalEnv`` wrappers around the same policy) step in threads, and every env-role request
-of the step goes to the policy in one ``imagine_batch`` call. :func:`make_vector` is the registration's
+:func:`~envace_gym.rehearsal.halfstep.step_envs`: envs whose tool results are imagined by one shared env
+role (``SelfRehearsalEnv`` wrappers around the same policy) step as half-steps, and the env-role requests of
+the step go to the policy in one ``imagine_batch`` call per round (no thread). :func:`make_vector` is the registration's
 ``vector_entry_point``; it takes ``gym.make``'s kwargs, plus ``imaginer=`` for imagined backends.
 
 ``gym.make_vec(..., vectorization_mode="sync" | "async")`` uses Gymnasium's own vector envs (no env-role
@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import multiprocessing
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from copy import deepcopy
 from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
@@ -30,7 +29,7 @@ from gymnasium.vector.utils import concatenate, iterate
 
 from .compose import check_imaginer, make_env
 from .rehearsal import Imaginer
-from .rehearsal.batching import step_batched
+from .rehearsal.halfstep import LocalEnvs, imaginer_of, step_envs
 
 __all__ = [
     "ToolCallVectorEnv",
@@ -76,9 +75,9 @@ class ToolCallVectorEnv(SyncVectorEnv):
         if not fns:
             raise ValueError("ToolCallVectorEnv needs at least one env")
         super().__init__(fns, copy=copy, autoreset_mode=autoreset_mode)
-        # Used only when two or more envs share an env role that batches (step_batched's rule); an executor
-        # starts its threads on first use, so an unused one costs nothing.
-        self._pool = ThreadPoolExecutor(max_workers=self.num_envs, thread_name_prefix="envace-vec")
+        self._local = LocalEnvs(self.envs)
+        # Each env's env role (its SelfRehearsalEnv's imaginer), answered by the step; None: nothing imagined.
+        self._imaginers = [imaginer_of(env) for env in self.envs]
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
@@ -120,13 +119,8 @@ class ToolCallVectorEnv(SyncVectorEnv):
             else np.zeros_like(self._autoreset_envs)
         )
         stepping = [i for i in range(self.num_envs) if not resetting[i]]
-        outcomes = dict(
-            zip(
-                stepping,
-                step_batched([self.envs[i] for i in stepping], [actions[i] for i in stepping], self._pool),
-                strict=True,
-            )
-        )
+        stepped = step_envs(self._local, stepping, [actions[i] for i in stepping], self._imaginers)
+        outcomes = dict(zip(stepping, stepped, strict=True))
 
         infos: dict[str, Any] = {}
         for i, env in enumerate(self.envs):
@@ -151,10 +145,6 @@ class ToolCallVectorEnv(SyncVectorEnv):
             np.copy(self._truncations),
             infos,
         )
-
-    def close_extras(self, **kwargs: Any) -> None:
-        self._pool.shutdown()
-        super().close_extras(**kwargs)
 
 
 class WorkerDiedError(RuntimeError):
@@ -216,8 +206,9 @@ class ToolCallAsyncVectorEnv(AsyncVectorEnv):
       stuck in native code, say) raises :class:`WorkerTimeoutError` naming the stuck workers, which are
       terminated, instead of waiting forever.
 
-    Env-role requests are not batched across processes: each worker's env role is its own copy of the
-    imaginer.
+    Its own ``step`` leaves each worker's env role to that worker (its own copy of the imaginer);
+    ``envace_gym.agents.collect`` batches the env role across the workers (their half-steps' requests come
+    back to the parent's policy).
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], worker_timeout: float | None = None, **kwargs: Any):
@@ -275,8 +266,8 @@ def make_vector(
         rehearsal: more ``SelfRehearsalEnv`` kwargs (``grounding``, ``on_invalid``, ``real_fraction``, ...).
         autoreset_mode, copy: as :class:`ToolCallVectorEnv`.
         asynchronous: one process per env (:class:`ToolCallAsyncVectorEnv`: dead workers reported clearly),
-            for slow tools; the env role is then not batched across envs. ``gym.make_vec(...,
-            vectorization_mode="async")`` gives Gymnasium's plain ``AsyncVectorEnv`` instead.
+            for slow tools; ``collect`` then batches the env role across the workers (``vec.step`` does not).
+            ``gym.make_vec(..., vectorization_mode="async")`` gives Gymnasium's plain ``AsyncVectorEnv`` instead.
         worker_timeout: (``asynchronous``) seconds a worker may take to answer a reset, step or call before
             the stuck workers are terminated and :class:`WorkerTimeoutError` is raised; None waits forever.
         max_episode_steps: wraps each env in ``TimeLimit`` (as ``gym.make``).

@@ -118,7 +118,7 @@ def test_the_rehearsal_wrapper_leaves_the_base_env_as_it_was():
 def test_get_wrapper_attr_reaches_the_rehearsal_wrapper_through_gym_make_wrappers():
     inner = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank")
     env = gym.wrappers.RecordEpisodeStatistics(SelfRehearsalEnv(inner, RealResultImaginer(inner)))
-    assert env.has_wrapper_attr("set_actor_context") and callable(env.get_wrapper_attr("set_actor_context"))
+    assert env.has_wrapper_attr("imaginer") and isinstance(env.get_wrapper_attr("imaginer"), RealResultImaginer)
 
 
 # ---------------------------------------------------------------------------- reward registry

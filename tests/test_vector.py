@@ -264,7 +264,7 @@ def test_built_envs_are_taken_as_they_are():
     assert vec.envs == built
     vec.reset(seed=0, options={"task_id": TASK})
     obs = vec.step([BALANCE, BALANCE])[0]
-    assert role.singles == 1 and role.batches == []  # one env with this role: asked directly, nothing to batch
+    assert role.singles == 0 and role.batches == [1]  # one env with this role: a batch of one
     assert '"tool": "get_balance"' in obs[0] and '"balance": 2215.7' in obs[1]  # imagined vs real
     vec.close()
     with pytest.raises(ValueError, match="at least one env"):

@@ -158,7 +158,6 @@ class EnvACERolloutFunc:
         seed = (args.seed if self.seed is None else self.seed) * 1_000_003 + next(self._calls) * 7919 + rank * 101
         # Both roles sample at TRL's temperature, which its loss divides the logits by.
         sampling = SamplingConfig(args.temperature, args.top_p or 1.0, self.max_new_tokens, seed=seed)
-        policy.sampling = sampling
         policy.reseed(seed)
         policy.engine.clear()  # the weights changed since the last call: cached keys and values are stale
         try:
@@ -171,6 +170,7 @@ class EnvACERolloutFunc:
                 seed=seed,
                 progress=False,
                 desc="trl-rollout",
+                env_role_sampling=sampling,
             )
         finally:
             policy.model.train(was_training)  # the engine switches it to eval; TRL reads the mode back

@@ -1,5 +1,6 @@
-"""Rollouts: the one episode loop over a batch of envs and :class:`Trajectory` (env-role batching lives in
-:mod:`envace_gym.rehearsal.batching`, shared with the native vector env)."""
+"""Rollouts: the one episode loop over a batch of envs and :class:`Trajectory` (the envs' half-steps, whose
+env-role requests the loop answers in batches, live in :mod:`envace_gym.rehearsal.halfstep`, shared with the
+native vector env)."""
 
 from .loop import (
     EnvRoleSample,

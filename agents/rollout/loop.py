@@ -15,6 +15,19 @@ counts, messages) and, for an LM policy, the token-level record: token ids with 
 logprobs that generated them, the env-role samples. TRL (``env_mask``), verl (``response_mask``) and our
 trainer read the same record. :func:`~envace_gym.agents.eval.evaluate.evaluate` and
 :func:`~envace_gym.agents.scripted.play_episode` are thin calls of :func:`collect`.
+
+**The env role is a half-step the loop drives** (issue 20). Each step, every env begins its step
+(``ToolCallEnv.begin_step``: parse, checks, real calls) and hands back its imagined calls as requests; the
+loop answers all of them in one engine call per round (``imagine_batch``, with ``env_role_sampling`` passed
+in, never set on the policy), an inline request continuing the actor's token stream that the loop holds, and
+each env ends its step through its wrappers (``env.step(pending)``); a process vector env's workers do the
+same, so the env role is batched across processes too (:mod:`.remote`). We chose this over an asyncio
+design (an episode coroutine per env, with one engine scheduler batching actor and env-role requests):
+the env's hooks (``run_calls``, ``on_answer``, benchmark envs' overrides) and its backends are synchronous,
+and an asyncio loop would need them all async (or threads again) to suspend at an imagined call; the
+half-step needs one seam in the env (calls that can wait for an answer) and keeps each loop a straight
+sequence: act, step, record. What asyncio would add, actor and env-role requests of different envs sharing
+one engine call, is left for when an engine can run mixed batches that pay for it.
 """
 
 from __future__ import annotations
@@ -22,7 +35,6 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,8 +45,8 @@ from tqdm.auto import tqdm
 from envace_gym.agents.lm.chat import ROLES, ChatFormat, TokenStream
 from envace_gym.agents.rollout.remote import RemoteEnvs
 from envace_gym.jsonl import read_jsonl
-from envace_gym.rehearsal import EnvRoleSample
-from envace_gym.rehearsal.batching import step_batched
+from envace_gym.rehearsal import EnvRoleSample, ImagineRequest
+from envace_gym.rehearsal.halfstep import LocalEnvs, imaginer_of, step_envs, with_context
 
 if TYPE_CHECKING:
     from envace_gym.agents.lm.engine import SamplingConfig
@@ -208,10 +220,10 @@ _RUNS = itertools.count()  # numbers collect() calls, so that their engine cache
 class _Slot:
     """One env of the batch and the episode it is playing."""
 
-    env: gym.Env
+    env: Any  # a gym.Env, or a RemoteEnv stand-in (reset only; its steps go through the group)
     index: int
     actor: Any = None  # this env's text policy; None under an LM policy
-    rehearsal: bool = False  # the env's wrapper chain imagines tool results (a SelfRehearsalEnv)
+    imaginer: Any = None  # who answers this env's env-role requests in the loop; None: the env itself, if any
     episode: int = -1
     obs: Any = None
     info: dict[str, Any] = field(default_factory=dict)
@@ -239,21 +251,28 @@ class _Slot:
     def note_text(self) -> str | None:
         return "\n\n".join(n["text"] for n in self.notes) or None
 
+    def trajectory(self, reward: float, truncated: bool, info: dict[str, Any], policy: str) -> Trajectory:
+        s = self.stream
+        episode = EpisodeResult.from_info(info, reward, truncated)
+        return Trajectory(episode, s.ids, s.roles, s.logprobs, self.samples, policy=policy, notes=self.notes)
 
-def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> tuple[list[Any], RemoteEnvs | None]:
-    """The envs to step, and the process-based vector env behind them if any: a list as given; the sub-envs
-    of a vector env that steps them in this process (``gym.make_vec("EnvACE-ToolCall-v0")``'s native
-    ``ToolCallVectorEnv``, or a ``SyncVectorEnv``), stepped directly; or stand-ins for the sub-envs of any
-    other vector env (``AsyncVectorEnv``), driven through its batch API (see :mod:`.remote`)."""
+
+def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> tuple[list[Any], Any]:
+    """The envs to play and the group that steps them: a list as given, or the sub-envs of a vector env that
+    steps them in this process (``gym.make_vec("EnvACE-ToolCall-v0")``'s native ``ToolCallVectorEnv``, or a
+    ``SyncVectorEnv``), stepped directly (:class:`~envace_gym.rehearsal.halfstep.LocalEnvs`); or stand-ins
+    for the sub-envs of any other vector env (``AsyncVectorEnv``), driven through its batch API
+    (:class:`~.remote.RemoteEnvs`)."""
     if isinstance(envs, gym.vector.SyncVectorEnv):
-        return list(envs.envs), None  # stepped directly: conversations need per-env control of resets
-    if isinstance(envs, gym.vector.VectorEnv):
+        env_list = list(envs.envs)  # stepped directly: conversations need per-env control of resets
+    elif isinstance(envs, gym.vector.VectorEnv):
         remote = RemoteEnvs(envs)
         return [remote.env(i) for i in range(remote.num_envs)], remote
-    envs = list(envs)
-    if not envs:
+    else:
+        env_list = list(envs)
+    if not env_list:
         raise ValueError("collect() needs at least one env")
-    return envs, None
+    return env_list, LocalEnvs(env_list)
 
 
 def _is_lm(policy: Any) -> bool:
@@ -275,6 +294,15 @@ def _text_policies(policy: Any, n_envs: int) -> list[TextPolicy]:
     return actors
 
 
+def _imaginer(env: Any, group: Any, index: int, lm: LMPolicy | None) -> Any:
+    """Who answers env ``index``'s env-role requests in the loop: its own rehearsal wrapper's imaginer (in this
+    process), or the LM policy for a worker's whose imaginer is a copy of that policy (its ``name``); None
+    where nothing is imagined, or a worker's env role answers in its own process."""
+    if isinstance(group, RemoteEnvs):
+        return lm if lm is not None and group.imaginer_names[index] == lm.name else None
+    return imaginer_of(env)
+
+
 def _splice_inline(stream: TokenStream, sample: EnvRoleSample, fmt: ChatFormat) -> bool:
     """Append an inline env-role answer to the actor's stream as generated: the tool-message header the
     policy encoded (``external``), then the sampled result tokens (``env_role``). False (nothing appended)
@@ -291,23 +319,6 @@ def _splice_inline(stream: TokenStream, sample: EnvRoleSample, fmt: ChatFormat) 
     return True
 
 
-def _generate(lm: LMPolicy, active: Sequence[_Slot], sampling: SamplingConfig, generator: Any) -> list[str]:
-    """One batched engine call for every active env: each stream grows by its actor tokens; an inline env
-    role is told the exact context it continues. Returns the actions (the generated texts)."""
-    gens = lm.generate_ids(
-        [s.stream.ids for s in active],
-        keys=[s.key for s in active],
-        sampling=sampling,
-        generator=generator,
-        prefix_lens=[s.prefix_len for s in active],
-    )
-    for slot, gen in zip(active, gens, strict=True):
-        slot.stream.extend(gen.token_ids, "actor", gen.text + gen.stop_text, gen.logprobs)
-        if slot.rehearsal:  # an inline env role continues this exact context
-            slot.env.get_wrapper_attr("set_actor_context")(slot.stream.ids, slot.stream.text, slot.key)
-    return [g.text for g in gens]
-
-
 def _with_note(slot: _Slot) -> dict[str, Any]:
     """A text policy's ``info``: the env's, plus ``info["note"]`` (the episode's notes) when it has any."""
     note = slot.note_text()
@@ -316,6 +327,52 @@ def _with_note(slot: _Slot) -> dict[str, Any]:
 
 def _policy_name(actor: Any) -> str:
     return getattr(actor, "name", None) or type(actor).__name__
+
+
+class _Episodes:
+    """What both loops share: which episode a slot plays next (its task, seed and reset), the finished
+    trajectories, ``on_episode`` and the progress bar."""
+
+    def __init__(self, episodes: int, task_ids, seed, on_episode, bar) -> None:
+        self.episodes, self.task_ids, self.seed, self.on_episode, self.bar = episodes, task_ids, seed, on_episode, bar
+        self.next = 0
+        self.results: dict[int, Trajectory] = {}
+
+    def start(self, slot: _Slot) -> bool:
+        """Reset ``slot``'s env for the next episode; False when every episode has started."""
+        if self.next >= self.episodes:
+            return False
+        slot.episode, self.next = self.next, self.next + 1
+        options = {"task_id": self.task_ids[slot.episode % len(self.task_ids)]} if self.task_ids else None
+        if slot.actor is not None:
+            slot.actor.reset()
+        seed = None if self.seed is None else self.seed + slot.episode
+        slot.obs, slot.info = slot.env.reset(seed=seed, options=options)
+        slot.tools = slot.info["tools"]
+        slot.stream, slot.samples, slot.notes = TokenStream(), [], []
+        return True
+
+    def finish(self, slot: _Slot, traj: Trajectory, info: dict[str, Any]) -> None:
+        self.results[slot.episode] = traj
+        if self.on_episode is not None:
+            self.on_episode(traj, info)
+        self.bar.update(1)
+
+    def in_order(self) -> list[Trajectory]:
+        return [self.results[i] for i in sorted(self.results)]
+
+
+def _add_notes(slots: Sequence[_Slot], notes: Iterable[PolicyNote | None]) -> None:
+    for slot, note in zip(slots, notes, strict=True):
+        if note is not None:
+            slot.notes.append({"at": len(slot.info["messages"]), "text": note.text, **note.stats})
+
+
+def _ended(slot: _Slot, outcome: tuple) -> bool:
+    """Take in a step's outcome; True when it ended the episode."""
+    obs, _, terminated, truncated, info = outcome
+    slot.obs, slot.info = obs, info
+    return bool(terminated or truncated)
 
 
 def collect(
@@ -328,16 +385,18 @@ def collect(
     progress: bool = True,
     desc: str = "rollout",
     on_episode: Callable[[Trajectory, dict[str, Any]], None] | None = None,
+    env_role_sampling: SamplingConfig | None = None,
 ) -> list[Trajectory]:
     """Run ``episodes`` episodes over ``envs`` in lockstep and return their trajectories (in episode order).
 
     Args:
         envs: the envs to step: a list, or a vector env (``gym.make_vec("EnvACE-ToolCall-v0", num_envs=n)``,
             sync or async); each env runs one episode at a time, so the number of envs is the batch size.
-            Envs that share a batching env role send each step's requests as one batch. An in-process vector
-            env's sub-envs are stepped directly (reset it before stepping it yourself again); a process-based
-            one (``AsyncVectorEnv``) is driven through its batch API: all workers step at once, and each
-            episode starts with a masked reset (see :mod:`envace_gym.agents.rollout.remote`).
+            Envs that share an env role send each step's requests as one batch. An in-process vector env's
+            sub-envs are stepped directly (reset it before stepping it yourself again); a process-based one
+            (``AsyncVectorEnv``) is driven through its batch API: all workers step at once, each episode
+            starts with a masked reset, and under an LM policy the workers' env-role requests come back to
+            be answered here, batched across processes (see :mod:`envace_gym.agents.rollout.remote`).
         policy: an :class:`LMPolicy` (its engine generates every actor turn, for all envs in one call), or
             text policies: one ``TextPolicy`` for a single env, else a list with one per env (each is
             ``reset()`` at the start of each of its episodes).
@@ -346,138 +405,136 @@ def collect(
         task_ids: task of episode ``i`` is ``task_ids[i % len]``; default: ``reset(seed=seed + i)`` draws one.
         seed: base seed for env resets (episode ``i`` resets with ``seed + i``); None: resets are not seeded.
         on_episode: called with each finished trajectory and the episode's last ``info``.
+        env_role_sampling: how the env role samples (passed to each imaginer's ``imagine_batch``); None: each
+            imaginer's own default (``policy.sampling`` for an LM policy).
     """
     lm = policy if _is_lm(policy) else None
-    env_list, remote = _as_env_list(envs)
+    env_list, group = _as_env_list(envs)
     actors = [None] * len(env_list) if lm is not None else _text_policies(policy, len(env_list))
     run = next(_RUNS)
     slots = [
-        _Slot(env, i, actor, rehearsal=env.has_wrapper_attr("set_actor_context"), run=run)
+        _Slot(env, i, actor, _imaginer(env, group, i, lm), run=run)
         for i, (env, actor) in enumerate(zip(env_list, actors, strict=True))
     ]
-    if lm is not None:
-        import torch
-
-        sampling = sampling or lm.sampling
-        generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
-    results: dict[int, Trajectory] = {}
-    next_episode = 0
     bar = tqdm(total=episodes, desc=desc, disable=not progress, unit="ep")
-
-    def start(slot: _Slot) -> bool:
-        nonlocal next_episode
-        if next_episode >= episodes:
-            return False
-        slot.episode, next_episode = next_episode, next_episode + 1
-        options = {"task_id": task_ids[slot.episode % len(task_ids)]} if task_ids else None
-        if slot.actor is not None:
-            slot.actor.reset()
-        slot.obs, slot.info = slot.env.reset(seed=None if seed is None else seed + slot.episode, options=options)
-        slot.tools = slot.info["tools"]
-        slot.stream = TokenStream()
-        slot.samples = []
-        slot.notes = []
-        return True
-
-    def prepare(batch: list[_Slot]) -> None:
-        """The policy's ``prepare_turns`` hook, for slots at a new user turn (an episode's first included):
-        one call for an LM policy's whole batch, one per text policy."""
-        if lm is not None:
-            hook = getattr(policy, "prepare_turns", None)
-            if hook is None or not batch:
-                return
-            pairs = list(zip(batch, hook([s.env for s in batch], [s.info for s in batch]), strict=True))
-        else:
-            pairs = [(s, h([s.env], [s.info])[0]) for s in batch if (h := getattr(s.actor, "prepare_turns", None))]
-        for slot, note in pairs:
-            if note is not None:
-                slot.notes.append({"at": len(slot.info["messages"]), "text": note.text, **note.stats})
-
-    def encode(slot: _Slot) -> None:
-        """A new episode's prompt (its notes included) as the start of the slot's token stream."""
-        messages = slot.seen(slot.info["messages"])
-        ids, slot.prefix_len = lm.encode_prompt(messages, slot.tools)
-        slot.stream.extend(ids, "prompt", lm.prompt_text(messages, slot.tools))
-
-    def begin(batch: list[_Slot]) -> None:
-        prepare(batch)
-        if lm is not None:
-            for slot in batch:
-                encode(slot)
-
-    def finish(slot: _Slot, reward: float, truncated: bool, info: dict[str, Any]) -> None:
-        if lm is not None:
-            lm.engine.drop(slot.key)
-        s = slot.stream
-        traj = Trajectory(
-            EpisodeResult.from_info(info, reward, truncated),
-            token_ids=s.ids,
-            roles=s.roles,
-            logprobs=s.logprobs,
-            env_role_samples=slot.samples,
-            policy=lm.name if lm is not None else _policy_name(slot.actor),
-            notes=slot.notes,
-        )
-        results[slot.episode] = traj
-        if on_episode is not None:
-            on_episode(traj, info)
-        bar.update(1)
-
-    # Threads only to batch the env role across envs (see step_batched); generation stays in one thread.
-    pool = (
-        ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="envace-step")
-        if len(slots) > 1 and any(s.rehearsal for s in slots)
-        else None
-    )
+    book = _Episodes(episodes, task_ids, seed, on_episode, bar)
     try:
-        active = [s for s in slots if start(s)]
-        begin(active)
-        while active:
-            if lm is not None:
-                # Episodes that would overflow the model's context end here, truncated, with reward 0.
-                overflow = [s for s in active if len(s.stream.ids) + sampling.max_new_tokens > lm.max_context]
-                for slot in overflow:
-                    finish(slot, 0.0, True, slot.info)
-                    active.remove(slot)
-                restarted = [s for s in overflow if start(s)]
-                begin(restarted)
-                active += restarted  # (as before: restarted slots go to the end of the batch)
-                if not active:
-                    break
-                actions = _generate(lm, active, sampling, generator)
-            else:
-                actions = [slot.actor.act(slot.obs, _with_note(slot)) for slot in active]
-            if remote is not None:  # every worker steps at once, in its own process
-                outcomes = remote.step([s.index for s in active], actions)
-            else:
-                outcomes = step_batched([s.env for s in active], actions, pool)
-            still, fresh, turned = [], [], []
-            for slot, (obs, reward, terminated, truncated, info) in zip(active, outcomes, strict=True):
-                spliced = lm is not None  # inline answers continue an LM actor's token stream (text policies have none)
-                for sample in info.get("rehearsal", []):
-                    slot.samples.append(sample)
-                    if sample.mode == "inline" and sample.valid and spliced:
-                        spliced = _splice_inline(slot.stream, sample, lm.chat)
-                slot.obs, slot.info = obs, info
-                if terminated or truncated:
-                    finish(slot, reward, truncated, info)
-                    if start(slot):  # its place in the batch is kept, so sampling stays as it was
-                        still.append(slot)
-                        fresh.append(slot)
-                    continue
-                if info["messages"][-1]["role"] == "user":
-                    turned.append(slot)
-                still.append(slot)
-            prepare(turned)  # a new user turn: the policy may add a note before it acts on it
-            if lm is not None:
-                for slot in [s for s in still if all(s is not f for f in fresh)]:
-                    role = "user" if slot.info["messages"][-1]["role"] == "user" else "external"
-                    rendered = lm.prompt_text(slot.seen(slot.info["messages"]), slot.tools)
-                    slot.stream.append_render(lm.chat, rendered, role)
-            begin(fresh)
-            active = still
+        if lm is not None:
+            _collect_lm(lm, slots, group, book, sampling or lm.sampling, env_role_sampling)
+        else:
+            _collect_text(slots, group, book, env_role_sampling)
     finally:
         bar.close()
-        if pool is not None:
-            pool.shutdown()
-    return [results[i] for i in sorted(results)]
+    return book.in_order()
+
+
+def _collect_lm(
+    lm: LMPolicy, slots: list[_Slot], group: Any, book: _Episodes, sampling: SamplingConfig, env_role: Any
+) -> None:
+    """The loop of an LM policy: one engine call for every env's actor turn, then the envs' half-steps, whose
+    env-role requests go out in one engine call per round (an inline one continues the actor's stream)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+    hook = getattr(lm, "prepare_turns", None)
+    imaginers = [s.imaginer for s in slots]
+
+    def prepare(batch: list[_Slot]) -> None:  # the policy's hook at a new user turn: one call for the batch
+        if hook is not None and batch:
+            _add_notes(batch, hook([s.env for s in batch], [s.info for s in batch]))
+
+    def begin(batch: list[_Slot]) -> None:  # new episodes: their notes, then their prompts start their streams
+        prepare(batch)
+        for slot in batch:
+            messages = slot.seen(slot.info["messages"])
+            ids, slot.prefix_len = lm.encode_prompt(messages, slot.tools)
+            slot.stream.extend(ids, "prompt", lm.prompt_text(messages, slot.tools))
+
+    def end(slot: _Slot, reward: float, truncated: bool, info: dict[str, Any]) -> None:
+        lm.engine.drop(slot.key)
+        book.finish(slot, slot.trajectory(reward, truncated, info, lm.name), info)
+
+    def ask(request: ImagineRequest, index: int) -> ImagineRequest:  # the stream IS the inline context
+        slot = slots[index]
+        return with_context(request, slot.stream.ids, slot.stream.text, slot.key)
+
+    active = [s for s in slots if book.start(s)]
+    begin(active)
+    while active:
+        # Episodes that would overflow the model's context end here, truncated, with reward 0.
+        overflow = [s for s in active if len(s.stream.ids) + sampling.max_new_tokens > lm.max_context]
+        for slot in overflow:
+            end(slot, 0.0, True, slot.info)
+            active.remove(slot)
+        restarted = [s for s in overflow if book.start(s)]
+        begin(restarted)
+        active += restarted  # (restarted slots go to the end of the batch)
+        if not active:
+            break
+        gens = lm.generate_ids(
+            [s.stream.ids for s in active],
+            keys=[s.key for s in active],
+            sampling=sampling,
+            generator=generator,
+            prefix_lens=[s.prefix_len for s in active],
+        )
+        for slot, gen in zip(active, gens, strict=True):
+            slot.stream.extend(gen.token_ids, "actor", gen.text + gen.stop_text, gen.logprobs)
+        indices, actions = [s.index for s in active], [g.text for g in gens]
+        outcomes = step_envs(group, indices, actions, imaginers, env_role, ask)
+        still, fresh, turned = [], [], []
+        for slot, outcome in zip(active, outcomes, strict=True):
+            spliced = True  # inline answers continue the stream, up to one that does not
+            for sample in outcome[4].get("rehearsal", []):
+                slot.samples.append(sample)
+                if sample.mode == "inline" and sample.valid and spliced:
+                    spliced = _splice_inline(slot.stream, sample, lm.chat)
+            if _ended(slot, outcome):
+                end(slot, outcome[1], outcome[3], outcome[4])
+                if book.start(slot):  # its place in the batch is kept, so sampling stays as it was
+                    still.append(slot)
+                    fresh.append(slot)
+                continue
+            if slot.info["messages"][-1]["role"] == "user":
+                turned.append(slot)
+            still.append(slot)
+        prepare(turned)  # a new user turn: the policy may add a note before it acts on it
+        for slot in [s for s in still if all(s is not f for f in fresh)]:
+            role = "user" if slot.info["messages"][-1]["role"] == "user" else "external"
+            slot.stream.append_render(lm.chat, lm.prompt_text(slot.seen(slot.info["messages"]), slot.tools), role)
+        begin(fresh)
+        active = still
+
+
+def _collect_text(slots: list[_Slot], group: Any, book: _Episodes, env_role: Any) -> None:
+    """The loop of text policies: each acts on its env's observation, then the envs step (their env-role
+    requests, where the loop answers them, in one call per imaginer and round)."""
+    imaginers = [s.imaginer for s in slots]
+
+    def prepare(batch: list[_Slot]) -> None:  # each text policy's own hook, one env at a time
+        for slot in batch:
+            hook = getattr(slot.actor, "prepare_turns", None)
+            if hook is not None:
+                _add_notes([slot], hook([slot.env], [slot.info]))
+
+    active = [s for s in slots if book.start(s)]
+    prepare(active)
+    while active:
+        actions = [slot.actor.act(slot.obs, _with_note(slot)) for slot in active]
+        outcomes = step_envs(group, [s.index for s in active], actions, imaginers, env_role)
+        still, fresh, turned = [], [], []
+        for slot, outcome in zip(active, outcomes, strict=True):
+            slot.samples.extend(outcome[4].get("rehearsal", []))
+            if _ended(slot, outcome):
+                traj = slot.trajectory(outcome[1], outcome[3], outcome[4], _policy_name(slot.actor))
+                book.finish(slot, traj, outcome[4])
+                if book.start(slot):
+                    still.append(slot)
+                    fresh.append(slot)
+                continue
+            if slot.info["messages"][-1]["role"] == "user":
+                turned.append(slot)
+            still.append(slot)
+        prepare(turned)  # a new user turn: the policy may add a note before it acts on it
+        prepare(fresh)
+        active = still

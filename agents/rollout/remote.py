@@ -10,10 +10,14 @@ only, so :class:`RemoteEnvs` maps one onto the other:
 * a step steps every worker at once (concurrently, the point of processes); an env with no episode to play
   gets the empty action, which ends whatever it was doing, and its result is dropped;
 * each env's ``info`` is cut back out of the batched info dict (numpy scalars back to Python ones, so a
-  trajectory still saves as JSON).
-
-The env role is not batched across processes (each worker's wrapper has its own imaginer), and an inline env
-role re-renders the conversation instead of continuing the actor's KV cache.
+  trajectory still saves as JSON);
+* the env role is batched across processes: :meth:`RemoteEnvs.begin_steps` and
+  :meth:`RemoteEnvs.continue_steps` run each worker's half-step (``ToolCallEnv.begin_step``/``continue_step``,
+  each worker with its own action or answer, all workers at once) and bring back their env-role requests,
+  which the parent answers (:func:`~envace_gym.rehearsal.halfstep.step_envs`: one engine call per round
+  for all workers) with its LM policy, for workers whose env role is a copy of that policy (the same
+  ``name``; others answer in their own process, unbatched); the step then ends through each worker's
+  wrappers with ``vec.step(pendings)``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from envace_gym.vector import WorkerTimeoutError
+
 __all__ = ["RemoteEnvs", "RemoteEnv", "unbatch_info"]
+
+#: Gymnasium's worker protocol (``AsyncVectorEnv``'s ``_call`` command): a method call on one worker's env.
+_CALL = "_call"
 
 #: The action given to a sub-env that has no episode to play in a step (a final answer: it ends the episode).
 IDLE_ACTION = ""
@@ -71,6 +80,11 @@ class RemoteEnvs:
             )
         self.vec, self.mode = vec, mode
         self.num_envs = vec.num_envs
+        # The name of each worker's env role (a SelfRehearsalEnv's imaginer), or None: the parent answers for
+        # a worker whose env role has its own policy's name (a copy of it), through the workers' pipes.
+        self.imaginer_names: list[str | None] = [None] * self.num_envs
+        if getattr(vec, "parent_pipes", None) is not None and all(vec.call("has_wrapper_attr", "imaginer_name")):
+            self.imaginer_names = list(vec.call("imaginer_name"))
         self._playing = np.zeros(self.num_envs, dtype=bool)  # reset by us for an episode that has not ended
         self._ended = np.zeros(self.num_envs, dtype=bool)  # the worker's env ended and was not reset since
         self._never_reset = np.ones(self.num_envs, dtype=bool)
@@ -92,8 +106,39 @@ class RemoteEnvs:
         self._playing[index] = True
         return _python(obs[index]), unbatch_info(infos, index)
 
+    def begin_steps(self, indices: list[int], actions: list[Any]) -> list[Any]:
+        """``begin_step(action)`` on workers ``indices``, all at once: their pending steps."""
+        return self._call_each("begin_step", indices, [(a,) for a in actions])
+
+    def continue_steps(self, indices: list[int], answers: list[Any]) -> list[Any]:
+        """``continue_step([answer])`` on workers ``indices``, all at once: their next pending steps."""
+        return self._call_each("continue_step", indices, [([a],) for a in answers])
+
+    def _call_each(self, name: str, indices: list[int], args: list[tuple]) -> list[Any]:
+        # Gymnasium's call() gives every worker the same arguments; each of ours has its own action or answer,
+        # so the command goes down each worker's pipe directly (the worker runs env.get_wrapper_attr(name)).
+        pipes = self.vec.parent_pipes
+        for i, a in zip(indices, args, strict=True):
+            pipes[i].send((_CALL, (name, a, {})))
+        timeout = getattr(self.vec, "worker_timeout", None)  # ToolCallAsyncVectorEnv's bound on a stuck worker
+        replies = []
+        for i in indices:
+            if timeout is not None and not pipes[i].poll(timeout):
+                self.vec.close(terminate=True)  # a stuck worker cannot be told to stop
+                raise WorkerTimeoutError(
+                    f"worker {i} did not answer {name}() within {timeout} s; the workers were terminated and the "
+                    "vector env is closed, build a new one"
+                )
+            replies.append(pipes[i].recv())
+        successes = [True] * self.num_envs
+        for i, (_, ok) in zip(indices, replies, strict=True):
+            successes[i] = ok
+        self.vec._raise_if_errors(successes)  # re-raises a worker's exception here, naming the worker
+        return [result for result, _ in replies]
+
     def step(self, indices: list[int], actions: list[Any]) -> list[tuple]:
-        """Step sub-envs ``indices`` with ``actions``; every other sub-env idles (see the module docstring)."""
+        """Step sub-envs ``indices`` with ``actions`` (or their half-steps' pending steps); every
+        other sub-env idles (see the module docstring)."""
         batch = [IDLE_ACTION] * self.num_envs
         for i, action in zip(indices, actions, strict=True):
             if not self._playing[i]:
@@ -131,6 +176,3 @@ class RemoteEnv:
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         return self.group.reset_one(self.index, seed, options)
-
-    def has_wrapper_attr(self, name: str) -> bool:
-        return False  # nothing is called across the process boundary (no actor context for an inline env role)

@@ -292,19 +292,18 @@ class EnvACETrainer:
         if self.simulator is not None:
             self.simulator.reseed(seed + 17)
         self.model.eval()
-        # Both roles sample as configured: the env role draws with ``policy.sampling``, and its recorded
-        # logprobs must be at the temperature the update divides by.
-        imaginers = [p for p in (self.policy, self.simulator) if p is not None]
-        saved = [p.sampling for p in imaginers]
-        for p in imaginers:
-            p.sampling = sampling
-        try:
-            trajs = collect(
-                self.envs, self.policy, len(task_ids), sampling=sampling, task_ids=task_ids, seed=seed, progress=False
-            )
-        finally:
-            for p, s in zip(imaginers, saved, strict=True):
-                p.sampling = s
+        # Both roles sample as configured: the env role's recorded logprobs must be at the temperature the
+        # update divides by.
+        trajs = collect(
+            self.envs,
+            self.policy,
+            len(task_ids),
+            sampling=sampling,
+            task_ids=task_ids,
+            seed=seed,
+            progress=False,
+            env_role_sampling=sampling,
+        )
         return trajs, groups
 
     def score(self, trajs: Sequence[Trajectory]) -> list[float]:

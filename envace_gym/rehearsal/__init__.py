@@ -10,8 +10,10 @@
 * :mod:`.backend`: :class:`ImaginedBackend`, a backend like any other.
 * :mod:`.wrapper`: :class:`SelfRehearsalEnv`, which gives that backend to the env it wraps;
   :class:`RealResultImaginer`, a perfect env role (the real results).
-* :mod:`.batching`: :class:`BatchingImaginer` and :func:`step_batched`: envs that step at the same time send
-  their env-role requests as one batch (used by :mod:`envace_gym.vector` and the rollout engine).
+* :mod:`.halfstep`: :func:`step_envs`: envs that step at the same time, their steps run as half-steps
+  (``ToolCallEnv.begin_step``), send their env-role requests as one batch per round, with no thread (used by
+  :mod:`envace_gym.vector` and the rollout loop). :mod:`.batching`: :class:`BatchingImaginer`, the same for
+  requests made from threads (the env-role fidelity evaluation).
 * :mod:`.fork`: :class:`RehearsalFork`, a private, reference-free replay of a live episode from its current
   state (what test-time private rehearsal plays, wrapped in :class:`SelfRehearsalEnv`).
 
@@ -20,8 +22,9 @@ context, so an engine that keeps the actor's KV cache computes only the result's
 """
 
 from .backend import ActorContext, ImaginedBackend
-from .batching import BatchingImaginer, step_batched, step_concurrently
+from .batching import BatchingImaginer, step_concurrently
 from .fork import DetachedBackend, RehearsalFork
+from .halfstep import answer_requests, step_envs
 from .prompt import (
     GROUNDINGS,
     SIMULATOR_SYSTEM_PROMPT,
@@ -47,7 +50,8 @@ __all__ = [
     "RehearsalFork",
     "DetachedBackend",
     "BatchingImaginer",
-    "step_batched",
+    "step_envs",
+    "answer_requests",
     "step_concurrently",
     "SIMULATOR_SYSTEM_PROMPT",
     "build_simulator_prompt",

@@ -101,7 +101,8 @@ class ImaginedBackend:
         self.log = log
         self.log_targets = log_targets
         self._occurrences: dict[str, int] = {}  # (tool, arguments) -> calls so far: the log's occurrence key
-        self.context: ActorContext | None = None  # inline mode: the actor's exact context, when known
+        # Inline mode: what the previous answer of the message being run left in the actor's context.
+        self.context: ActorContext | None = None
         self.task: Task | None = None
         self.tools: list[ToolSpec] = []
         self.call_count = 0
@@ -126,22 +127,42 @@ class ImaginedBackend:
             self._grounding_rng = random.Random(f"{seed}:{task.id}")  # str seeds hash the same in every process
 
     def bind_conversation(self, messages: list[dict[str, Any]]) -> None:
-        """The env's live message list (read, never written): what the env role is shown."""
+        """The env's live message list (read, never written): what the env role is shown. Called as each
+        message's calls start, so an inline context continued from an earlier message ends here."""
         self._messages = messages
+        self.context = None
 
     def execute(self, call: ToolCall) -> ToolResult:
+        """One call, answered by :attr:`imaginer` now (:meth:`begin_call`, ``imagine``, :meth:`finish_call`)."""
+        asked = self.begin_call(call)
+        if isinstance(asked, ToolResult):
+            return asked
+        try:
+            answer = self.imaginer.imagine(asked)
+        except Exception as exc:  # an env role that crashes is contained like a crashing tool
+            answer = exc
+        return self.finish_call(call, answer)
+
+    def begin_call(self, call: ToolCall) -> ToolResult | ImagineRequest:
+        """The deterministic checks' result, or (the call passed them) the request the env role must answer:
+        how the env's half-step (``ToolCallEnv.begin_step``) asks for answers that a rollout loop batches.
+        An inline request continues ``context`` (the previous answer of this message) when there was one;
+        otherwise the caller may fill in the actor's exact context (``context_ids``/``context_text``)."""
         assert self.task is not None, "reset() first"
         self.call_count += 1
         error = validate_call(call, {s.name: s for s in self.tools})
         if error is not None:
             return ToolResult(call, None, error)
-        try:
-            gen = self.imaginer.imagine(self._request(call))
-            text = getattr(gen, "text", gen)
-        except Exception as exc:  # an env role that crashes is contained like a crashing tool
+        return self._request(call)
+
+    def finish_call(self, call: ToolCall, answer: Any) -> ToolResult:
+        """The result of ``call`` given the env role's ``answer`` to :meth:`begin_call`'s request: a
+        generation (``.text`` and, for training, ids and logprobs), a string, or the exception it raised."""
+        if isinstance(answer, Exception):
             gen, text = None, None
-            value, reason = None, f"env role raised {type(exc).__name__}: {exc}"
+            value, reason = None, f"env role raised {type(answer).__name__}: {answer}"
         else:
+            gen, text = answer, getattr(answer, "text", answer)
             parse = parse_inline_result if self.mode == "inline" else parse_execution_result
             value, reason = parse(text, self.max_result_chars)
         spec = next(s for s in self.tools if s.name == call.name)

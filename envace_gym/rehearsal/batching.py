@@ -1,13 +1,12 @@
-"""Batch the environment role across envs that step at the same time.
+"""Batch env-role requests made from concurrent threads: what the env-role fidelity evaluation
+(``envace_gym.agents.eval.fidelity``) uses to replay recorded calls in threads. Rollouts do not: envs batch
+their env role through half-steps (:mod:`.halfstep`), with no thread.
 
-In the core, so that the native vector env (:mod:`envace_gym.vector`) and the rollout engine
-(``envace_gym.agents.rollout``) share one implementation, :func:`step_batched`. A ``SelfRehearsalEnv``
-asks its imaginer for one result at a time, from inside ``env.step``. When several such envs step
-together, their steps run in threads and share a :class:`BatchingImaginer`: each request waits until
-every still-running step is either waiting too or done, and then all waiting requests go to the policy in
-one batched ``imagine_batch`` call, in the order of the envs (not of thread arrival), so that seeded
-sampling draws the same tokens for the same env on every run. Generation itself always runs in one thread
-at a time.
+Threads that share a :class:`BatchingImaginer` each ask for one result at a time: each request waits until
+every still-running thread is either waiting too or done, and then all waiting requests go to the policy in
+one batched ``imagine_batch`` call, in the order of the threads' indices (not of arrival), so that seeded
+sampling draws the same tokens for the same thread on every run. Generation itself runs in one thread at a
+time.
 """
 
 from __future__ import annotations
@@ -17,11 +16,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import gymnasium as gym
-
 from .protocol import ImagineRequest
 
-__all__ = ["BatchingImaginer", "step_concurrently", "step_batched", "imaginer_of"]
+__all__ = ["BatchingImaginer", "step_concurrently"]
 
 
 class _Pending:
@@ -104,8 +101,8 @@ class BatchingImaginer:
 def step_concurrently(
     pool: ThreadPoolExecutor, steps: Sequence[tuple[Callable[[], Any], BatchingImaginer | None]]
 ) -> list[Any]:
-    """Run each ``(step, imaginer)`` (``step`` is one ``env.step``) in ``pool`` and return the results in
-    order; env-role requests made meanwhile are answered in batches by their ``imaginer``."""
+    """Run each ``(step, imaginer)`` (``step``: a function that asks ``imaginer`` for results) in ``pool`` and
+    return the results in order; env-role requests made meanwhile are answered in batches by ``imaginer``."""
 
     def run(index: int, step: Callable[[], Any], imaginer: BatchingImaginer | None) -> Any:
         if imaginer is not None:
@@ -117,47 +114,3 @@ def step_concurrently(
                 imaginer.step_done()
 
     return [f.result() for f in [pool.submit(run, i, step, im) for i, (step, im) in enumerate(steps)]]
-
-
-def imaginer_of(env: gym.Env) -> Any:
-    """The env role of ``env``'s rehearsal wrapper (reached through any outer wrappers), or None."""
-    return env.get_wrapper_attr("imaginer") if env.has_wrapper_attr("imaginer") else None
-
-
-def _set_imaginer(env: gym.Env, imaginer: Any) -> None:
-    # force=False: set it where the wrapper chain has it (the SelfRehearsalEnv), never create it on top.
-    if not env.set_wrapper_attr("imaginer", imaginer, force=False):
-        raise AttributeError(f"no wrapper of {env} has an imaginer")
-
-
-def step_batched(envs: Sequence[gym.Env], actions: Sequence[Any], pool: ThreadPoolExecutor | None) -> list[tuple]:
-    """``env.step(action)`` for every env, results in order. Where two or more envs share an env role that
-    can batch (``imagine_batch``), their steps run in ``pool``'s threads with a :class:`BatchingImaginer`
-    lent to their rehearsal wrappers for the step (and given back after), so that every env-role request
-    of the step goes out in one batch. Otherwise (or with ``pool=None``) the envs step one after another:
-    pure-Python tools hold the GIL, so threads would buy nothing there."""
-    groups: dict[int, list[int]] = {}
-    for i, env in enumerate(envs):
-        imaginer = imaginer_of(env)
-        if hasattr(imaginer, "imagine_batch"):
-            groups.setdefault(id(imaginer), []).append(i)
-    originals = {i: imaginer_of(envs[i]) for members in groups.values() if len(members) > 1 for i in members}
-    if pool is None or not originals:
-        return [env.step(a) for env, a in zip(envs, actions, strict=True)]
-    batchers = {
-        key: BatchingImaginer(originals[members[0]], len(members))
-        for key, members in groups.items()
-        if len(members) > 1
-    }
-    batcher_of = {i: batchers[id(imaginer)] for i, imaginer in originals.items()}
-    try:
-        for i, batcher in batcher_of.items():
-            _set_imaginer(envs[i], batcher)
-        steps = [
-            (lambda env=env, a=a: env.step(a), batcher_of.get(i))
-            for i, (env, a) in enumerate(zip(envs, actions, strict=True))
-        ]
-        return step_concurrently(pool, steps)
-    finally:
-        for i, original in originals.items():
-            _set_imaginer(envs[i], original)

@@ -14,13 +14,17 @@ rehearsal env, reset once per rehearsal. Its episodes end unscored (``env.scored
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from ..backends.base import Backend, ToolResult
 from ..calls import ErrorCode, ToolCall
 from ..tasks import Task
+
+if TYPE_CHECKING:
+    from ..env import PendingStep, ToolCallEnv
 
 __all__ = ["DetachedBackend", "RehearsalFork"]
 
@@ -100,10 +104,20 @@ class RehearsalFork(gym.Env[str, str]):
         self.current = self._snapshot.fork(backend=backend)
         return self._obs, self.current.build_info([], [])
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return self._playing().step(action)
+
+    def begin_step(self, action: str) -> PendingStep:
+        """The fork's half-step (see ``ToolCallEnv.begin_step``), so rehearsals batch their env role too."""
+        return self._playing().begin_step(action)
+
+    def continue_step(self, answers: Sequence[Any]) -> PendingStep:
+        return self._playing().continue_step(answers)
+
+    def _playing(self) -> ToolCallEnv:
         if self.current is None:
             raise RuntimeError("call reset() first")
-        return self.current.step(action)
+        return self.current
 
     @property
     def messages(self) -> list[dict[str, Any]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +11,7 @@ import gymnasium as gym
 from ..backends.ledger import LEDGER
 from ..backends.replay import ToolLog
 from ..calls import ToolCall
-from .backend import ActorContext, ImaginedBackend
+from .backend import ImaginedBackend
 from .prompt import format_execution_result
 from .protocol import Imaginer, ImagineRequest
 
@@ -28,9 +27,9 @@ class SelfRehearsalEnv(gym.Wrapper):
         env: a ``ToolCallEnv`` (or a wrapper around one).
         policy: anything with ``imagine(ImagineRequest)``, e.g. ``envace_gym.agents.LMPolicy``.
         mode: ``"prompted"`` (a fresh simulator prompt per call, the paper's setting) or ``"inline"`` (the
-            result is written as the tool message in the actor's own context; with the rollout engine,
-            which reports that context through :meth:`set_actor_context`, its KV cache is reused and only
-            the result's tokens are computed). ``grounding`` applies to prompted mode only.
+            result is written as the tool message in the actor's own context; the rollout loop, which
+            holds that context, hands it over with each request of its half-step, so the actor's KV cache
+            is reused and only the result's tokens are computed). ``grounding`` applies to prompted mode only.
         grounding: ``"reference"`` (few-shot pairs from the task's reference trajectory) or ``"none"``.
         on_invalid: ``"end"`` (an unusable answer ends the episode with reward 0, the paper's rule) or
             ``"error_observation"`` (the agent sees a ``TOOL_EXECUTION_ERROR`` and goes on).
@@ -79,18 +78,14 @@ class SelfRehearsalEnv(gym.Wrapper):
 
     @property
     def imaginer(self) -> Imaginer:
-        """Who answers tool calls (``policy`` unless replaced, e.g. by the rollout engine's batcher)."""
+        """Who answers tool calls: ``policy`` (a rollout loop reads it to batch the env role across envs)."""
         return self.imagined.imaginer
 
-    @imaginer.setter
-    def imaginer(self, value: Imaginer) -> None:
-        self.imagined.imaginer = value
-
-    def set_actor_context(self, ids: Sequence[int], text: str, key: str | None = None) -> None:
-        """Tell an inline env role what the actor's context holds before the next :meth:`step`: the exact
-        token ids (as sampled), the text they stand for, and the engine cache key of that conversation.
-        The rollout engine calls this; without it the env role re-renders the conversation."""
-        self.imagined.context = ActorContext(list(ids), text, key)
+    @property
+    def imaginer_name(self) -> str:
+        """The imaginer's ``name`` (or its type's): how a rollout loop in another process tells whether its
+        own policy may answer for this wrapper's env role (see ``envace_gym.agents.rollout.remote``)."""
+        return getattr(self.imaginer, "name", None) or type(self.imaginer).__name__
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         return self.env.reset(seed=seed, options={**(options or {}), "backend": self.imagined})
@@ -101,11 +96,10 @@ class SelfRehearsalEnv(gym.Wrapper):
         spec = self.env.spec
         return dataclasses.replace(spec, nondeterministic=True) if spec is not None else None
 
-    def step(self, action: str):
-        try:
-            obs, reward, terminated, truncated, info = self.env.step(action)
-        finally:
-            self.imagined.context = None  # valid for one step only: the rollout engine sets it anew
+    def step(self, action: Any):
+        """Gymnasium's step (``action`` may be a half-step's :class:`~envace_gym.env.PendingStep`, see
+        ``ToolCallEnv.begin_step``); ``info["rehearsal"]`` always holds the step's env-role samples."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
         info.setdefault("rehearsal", [])
         return obs, reward, terminated, truncated, info
 

@@ -1,0 +1,138 @@
+"""One step of many envs, their env role answered in one call per imaginer and round (the rollout loop,
+``envace_gym.agents.rollout.collect``, and the native vector env, :mod:`envace_gym.vector`, both step this way).
+
+Each env's step runs in two halves (``ToolCallEnv.begin_step`` / ``continue_step``, then ``env.step(pending)``
+through its wrappers): :func:`step_envs` begins every env's step, sends all the env-role requests that wait
+(at most one per env) to their imaginer as one ``imagine_batch`` call, hands each env its answer, and repeats
+while any env waits (a message with several imagined calls needs one round per call: each call is asked with
+the answers before it in view), then finishes every step. No thread, no callback into the policy from inside
+``env.step``: the loop that holds the actor's token stream drives the env role, with its sampling passed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+from .protocol import ImagineRequest
+
+if TYPE_CHECKING:
+    from ..env import PendingStep
+
+__all__ = ["Asker", "LocalEnvs", "answer_requests", "half_step_base", "imaginer_of", "step_envs", "with_context"]
+
+#: ``(request, slot index) -> request``: what the loop adds to a request before it is answered (an inline
+#: request gets the actor's exact token context and cache key).
+Asker = Callable[[ImagineRequest, int], ImagineRequest]
+
+
+def half_step_base(env: gym.Env) -> Any:
+    """The env that runs ``env``'s half-steps (its ``unwrapped``), or None when it has none (then ``env.step``
+    runs whole). A wrapper that changes actions would be bypassed by ``begin_step``: refused."""
+    inner = env
+    while isinstance(inner, gym.Wrapper):
+        if isinstance(inner, gym.ActionWrapper):
+            raise TypeError(f"{type(inner).__name__} changes actions, which a half-step (begin_step) would bypass")
+        inner = inner.env
+    return inner if callable(getattr(inner, "begin_step", None)) else None
+
+
+def imaginer_of(env: gym.Env) -> Any:
+    """The env role of ``env``'s rehearsal wrapper (reached through any outer wrappers), or None."""
+    return env.get_wrapper_attr("imaginer") if env.has_wrapper_attr("imaginer") else None
+
+
+def answer_requests(requests: Sequence[ImagineRequest], imaginers: Sequence[Any], sampling: Any = None) -> list[Any]:
+    """Each request's answer from its imaginer: one ``imagine_batch(requests, sampling)`` call per imaginer
+    (requests in the order given), or ``imagine(request)`` one by one for an imaginer that cannot batch. An
+    imaginer that raises answers with its exception, which the env turns into that call's error."""
+    answers: list[Any] = [None] * len(requests)
+    groups: dict[int, list[int]] = {}
+    for i, imaginer in enumerate(imaginers):
+        groups.setdefault(id(imaginer), []).append(i)
+    for members in groups.values():
+        imaginer = imaginers[members[0]]
+        batch = getattr(imaginer, "imagine_batch", None)
+        asked = [requests[i] for i in members]
+        if batch is None:
+            for i, request in zip(members, asked, strict=True):
+                try:
+                    answers[i] = imaginer.imagine(request)
+                except Exception as exc:  # contained like a crashing tool (the env reports it)
+                    answers[i] = exc
+            continue
+        try:
+            gens = batch(asked) if sampling is None else batch(asked, sampling)
+        except Exception as exc:  # every request of the batch sees the failure
+            gens = [exc] * len(asked)
+        for i, gen in zip(members, gens, strict=True):
+            answers[i] = gen
+    return answers
+
+
+class LocalEnvs:
+    """Envs stepped in this process, as :func:`step_envs` sees a group of envs: ``begin_steps``,
+    ``continue_steps`` and ``step`` over the envs at ``indices``."""
+
+    def __init__(self, envs: Sequence[gym.Env]) -> None:
+        self.envs = list(envs)
+        self._bases: dict[int, Any] = {}  # found on first use: only envs whose env role the caller answers
+
+    def _base(self, index: int) -> Any:
+        if index not in self._bases:
+            self._bases[index] = half_step_base(self.envs[index])
+        return self._bases[index]
+
+    def begin_steps(self, indices: Sequence[int], actions: Sequence[Any]) -> list[PendingStep | None]:
+        return [
+            base.begin_step(a) if (base := self._base(i)) is not None else None
+            for i, a in zip(indices, actions, strict=True)
+        ]
+
+    def continue_steps(self, indices: Sequence[int], answers: Sequence[Any]) -> list[PendingStep]:
+        return [self._base(i).continue_step([a]) for i, a in zip(indices, answers, strict=True)]
+
+    def step(self, indices: Sequence[int], actions: Sequence[Any]) -> list[tuple]:
+        return [self.envs[i].step(a) for i, a in zip(indices, actions, strict=True)]
+
+
+def step_envs(
+    group: Any,
+    indices: Sequence[int],
+    actions: Sequence[Any],
+    imaginers: Sequence[Any],
+    sampling: Any = None,
+    ask: Asker | None = None,
+) -> list[tuple]:
+    """Step envs ``indices`` of ``group`` (:class:`LocalEnvs`, or the rollout loop's
+    ``RemoteEnvs`` for envs in worker processes) with
+    ``actions``; results in order. Env ``i``'s env-role requests are answered by ``imaginers[i]``, those of a
+    round in one call per imaginer (``sampling``: the env role's, None for each imaginer's own); an env whose
+    imaginer is None steps whole (its own env role, if any, answers inside ``env.step``). ``ask`` completes
+    each request first (see :data:`Asker`)."""
+    halves = [(i, a) for i, a in zip(indices, actions, strict=True) if imaginers[i] is not None]
+    pending: dict[int, PendingStep | None] = dict.fromkeys(indices)
+    if halves:
+        begun = group.begin_steps([i for i, _ in halves], [a for _, a in halves])
+        pending.update(zip([i for i, _ in halves], begun, strict=True))
+    while waiting := [i for i in indices if (p := pending[i]) is not None and p.requests]:
+        requests = [pending[i].requests[0] for i in waiting]  # type: ignore[union-attr]
+        if ask is not None:
+            requests = [ask(r, i) for r, i in zip(requests, waiting, strict=True)]
+        answers = answer_requests(requests, [imaginers[i] for i in waiting], sampling)
+        pending.update(zip(waiting, group.continue_steps(waiting, answers), strict=True))
+    finishing = [p if (p := pending[i]) is not None else a for i, a in zip(indices, actions, strict=True)]
+    return group.step(list(indices), finishing)
+
+
+def with_context(request: ImagineRequest, ids: list[int], text: str, key: str) -> ImagineRequest:
+    """An inline request continued from the actor's exact context (``ids``, ``text``) and cache ``key``,
+    unless it already continues an earlier answer of the same message; a prompted request as it is."""
+    if request.mode != "inline":
+        return request
+    if request.context_ids is None:
+        return dataclasses.replace(request, key=key, context_ids=list(ids), context_text=text)
+    return dataclasses.replace(request, key=key)
