@@ -30,7 +30,7 @@ from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import canonical_json
 from envace_gym.compose import rehearse
-from envace_gym.rehearsal import Imaginer, ImagineRequest, parse_execution_result, parse_inline_result
+from envace_gym.rehearsal import BatchImaginer, Imaginer, ImagineRequest, parse_execution_result, parse_inline_result
 from envace_gym.rehearsal.batching import BatchingImaginer, step_concurrently
 from envace_gym.rehearsal.fidelity import leaf_f1
 
@@ -131,7 +131,7 @@ def _play_oracle(
 ) -> list[tuple[Any, dict[str, Any], list]]:
     """Play each task's oracle episode with ``imaginer`` answering; ``(task, last info, env-role answers)``
     in task order. With ``imagine_batch``, ``batch_size`` workers play at once and share one batcher."""
-    workers = min(batch_size, len(tasks)) if hasattr(imaginer, "imagine_batch") else 1
+    workers = min(batch_size, len(tasks)) if isinstance(imaginer, BatchImaginer) else 1
     batcher = BatchingImaginer(imaginer, workers) if workers > 1 else None
     queue = list(enumerate(tasks))
     lock = threading.Lock()

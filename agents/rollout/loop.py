@@ -43,6 +43,7 @@ import gymnasium as gym
 from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.chat import ROLES, ChatFormat, TokenStream
+from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.remote import RemoteEnvs
 from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal import EnvRoleSample, ImagineRequest
@@ -275,11 +276,6 @@ def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> tuple[list[A
     return env_list, LocalEnvs(env_list)
 
 
-def _is_lm(policy: Any) -> bool:
-    """An LM policy is driven through its engine (``generate_ids``); anything else acts on text."""
-    return hasattr(policy, "generate_ids") and hasattr(policy, "encode_prompt")
-
-
 def _text_policies(policy: Any, n_envs: int) -> list[TextPolicy]:
     """One text policy per env: ``policy`` itself for one env, else the list given."""
     actors = list(policy) if isinstance(policy, list | tuple) else [policy]
@@ -408,7 +404,7 @@ def collect(
         env_role_sampling: how the env role samples (passed to each imaginer's ``imagine_batch``); None: each
             imaginer's own default (``policy.sampling`` for an LM policy).
     """
-    lm = policy if _is_lm(policy) else None
+    lm = policy if is_lm_policy(policy) else None
     env_list, group = _as_env_list(envs)
     actors = [None] * len(env_list) if lm is not None else _text_policies(policy, len(env_list))
     run = next(_RUNS)

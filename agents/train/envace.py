@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
+from envace_gym.agents.lm.protocols import WeightSyncingEngine
 from envace_gym.agents.rollout import Trajectory, collect, save_trajectories
 from envace_gym.backends import LEDGER, ToolLog, charged_as
 from envace_gym.compose import rehearse
@@ -387,7 +388,7 @@ class EnvACETrainer:
             stats[key] = self.dist.sum(stats[key]) / cfg.ppo_epochs
         stats["loss"] += cfg.grounding_coef * stats["grounding_loss"]  # pg_loss and kl: unweighted, all roles
         self.policy.engine.clear()  # its caches hold keys and values of the old weights
-        if hasattr(self.policy.engine, "sync_weights"):  # e.g. a vLLM engine: push the new weights
+        if isinstance(self.policy.engine, WeightSyncingEngine):  # e.g. a vLLM engine: push the new weights
             self.policy.engine.sync_weights(self.policy.model)
         self.model.eval()
         return stats

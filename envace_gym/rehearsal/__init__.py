@@ -33,7 +33,7 @@ from .prompt import (
     parse_execution_result,
     parse_inline_result,
 )
-from .protocol import MODES, EnvRoleSample, Imaginer, ImagineRequest
+from .protocol import MODES, BatchImaginer, EnvRoleSample, Imaginer, ImagineRequest
 from .wrapper import ON_INVALID, RealResultImaginer, SelfRehearsalEnv
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "ON_INVALID",
     "ImagineRequest",
     "Imaginer",
+    "BatchImaginer",
     "EnvRoleSample",
     "ActorContext",
     "ImaginedBackend",

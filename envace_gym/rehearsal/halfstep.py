@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from .protocol import ImagineRequest
+from .protocol import BatchImaginer, ImagineRequest
 
 if TYPE_CHECKING:
     from ..env import PendingStep
@@ -55,9 +55,8 @@ def answer_requests(requests: Sequence[ImagineRequest], imaginers: Sequence[Any]
         groups.setdefault(id(imaginer), []).append(i)
     for members in groups.values():
         imaginer = imaginers[members[0]]
-        batch = getattr(imaginer, "imagine_batch", None)
         asked = [requests[i] for i in members]
-        if batch is None:
+        if not isinstance(imaginer, BatchImaginer):
             for i, request in zip(members, asked, strict=True):
                 try:
                     answers[i] = imaginer.imagine(request)
@@ -65,7 +64,7 @@ def answer_requests(requests: Sequence[ImagineRequest], imaginers: Sequence[Any]
                     answers[i] = exc
             continue
         try:
-            gens = batch(asked) if sampling is None else batch(asked, sampling)
+            gens = imaginer.imagine_batch(asked) if sampling is None else imaginer.imagine_batch(asked, sampling)
         except Exception as exc:  # every request of the batch sees the failure
             gens = [exc] * len(asked)
         for i, gen in zip(members, gens, strict=True):

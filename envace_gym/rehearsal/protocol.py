@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["MODES", "ImagineRequest", "Imaginer", "EnvRoleSample"]
+__all__ = ["MODES", "BatchImaginer", "ImagineRequest", "Imaginer", "EnvRoleSample"]
 
 MODES = ("prompted", "inline")
 
@@ -39,6 +40,15 @@ class Imaginer(Protocol):
     ``.stop_text``), or a plain string."""
 
     def imagine(self, request: ImagineRequest) -> Any: ...
+
+
+@runtime_checkable
+class BatchImaginer(Imaginer, Protocol):
+    """An imaginer that answers many requests in one engine call (an ``LMPolicy``): the rollout loop and
+    the vector envs send each round's env-role requests as one ``imagine_batch`` call, with the env role's
+    sampling passed in (None: the imaginer's own)."""
+
+    def imagine_batch(self, requests: Sequence[ImagineRequest], sampling: Any = None) -> list[Any]: ...
 
 
 @dataclass
