@@ -1,13 +1,16 @@
-"""The README's quick start runs as written and prints what it says."""
+"""The README's quick start runs as written and prints what it says; the README stays a short front page."""
 
 import contextlib
 import io
 import re
 from pathlib import Path
 
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+
 
 def test_quick_start_runs_and_matches_its_comments():
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = README.read_text()
     section = readme.split("## Quick start (Python)", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
     out = io.StringIO()
@@ -19,3 +22,16 @@ def test_quick_start_runs_and_matches_its_comments():
             continue  # prose, or an escaped multi-line value
         assert comment.strip() in printed, comment
     assert '"balance": 2215.7' in printed and "[assistant]" in printed
+
+
+def test_readme_is_a_front_page_of_at_most_200_lines():
+    # The docs live under docs/ (the site); the README keeps what it is, the set-up and a map.
+    assert len(README.read_text().splitlines()) <= 200
+
+
+def test_every_relative_link_of_the_readme_exists():
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text())
+    local = [link for link in links if not link.startswith(("http://", "https://"))]
+    assert local, "the README links no docs page"
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert not missing, missing

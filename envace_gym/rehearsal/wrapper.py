@@ -35,7 +35,8 @@ class SelfRehearsalEnv(gym.Wrapper):
             ``"error_observation"`` (the agent sees a ``TOOL_EXECUTION_ERROR`` and goes on).
         real_fraction: grounded imagination (see :class:`ImaginedBackend`): this share of the env-role samples
             carries the real backend's answer as ``sample.target``; the actor still sees the imagined one.
-        log, log_targets: grounding from a recorded tool log, with no live call (see :class:`ImaginedBackend`).
+        log: grounding from a recorded tool log, with no live call (see :class:`ImaginedBackend`).
+        log_targets: give logged calls a supervised target (``sample.target``).
 
     The wrapper configures and never patches: it owns an :class:`ImaginedBackend` and gives it to the env
     for each episode through ``reset(options={"backend": ...})``; the wrapped env's own configuration is

@@ -1,0 +1,57 @@
+"""Every ```python block of README.md and docs/*.md runs as written.
+
+Each block runs alone, in a fresh interpreter whose working folder is an empty temporary one, so a block
+must be self-contained (its own imports, no file it does not write) and cannot lean on an earlier block.
+Blocks of other languages (```bash, ```text, ...) are shown, not run.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# A fence at the start of a line, its language, then everything up to the closing fence.
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+# The slowest blocks take about a minute on 2 quiet cores; this bounds a hang, not speed (a loaded machine
+# can be many times slower).
+BLOCK_TIMEOUT_S = 1800
+
+
+def python_blocks(path: Path) -> list[tuple[int, str]]:
+    """(first line number, code) of each ```python block of a Markdown file."""
+    text = path.read_text()
+    return [(text.count("\n", 0, m.start()) + 2, m.group(1)) for m in PYTHON_BLOCK.finditer(text)]
+
+
+BLOCKS = [(path, line, code) for path in DOC_FILES for line, code in python_blocks(path)]
+
+
+def test_the_docs_have_python_blocks_to_run():
+    # Guards the collection itself: a changed fence style would otherwise make every test below vanish.
+    assert len(BLOCKS) >= 15
+    assert {p.name for p, _, _ in BLOCKS} >= {"README.md", "getting-started.md", "tutorial.md"}
+
+
+@pytest.mark.parametrize(
+    ("path", "line", "code"), BLOCKS, ids=[f"{p.relative_to(ROOT)}:{line}" for p, line, _ in BLOCKS]
+)
+def test_python_block_runs_as_written(path, line, code, tmp_path):
+    script = tmp_path / "block.py"
+    # Blank lines up to the block's start, so a traceback's line number is the Markdown file's.
+    script.write_text("\n" * (line - 1) + code)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg"}
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT_S,
+    )
+    where = f"{path.relative_to(ROOT)}:{line}"
+    assert proc.returncode == 0, f"{where} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
