@@ -1,10 +1,7 @@
 """The env role is batched across envs that step at the same time."""
 
 import json
-import random
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -15,8 +12,6 @@ from envace_gym.agents.lm import engine as engine_module
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.rollout import collect
-from envace_gym.rehearsal import ImagineRequest
-from envace_gym.rehearsal.batching import BatchingImaginer, step_concurrently
 
 
 class RecordingBatcher:
@@ -46,47 +41,6 @@ class RecordingBatcher:
     def imagine(self, request):
         self.singles += 1
         return self.imagine_batch([request])[0]
-
-
-def test_batching_imaginer_answers_each_request_and_batches_concurrent_ones():
-    policy = RecordingBatcher()
-    n, calls_each = 6, 5
-    batcher = BatchingImaginer(policy, n)
-    rng = random.Random(0)
-    plans = [[rng.random() * 0.01 for _ in range(rng.randint(0, calls_each))] for _ in range(n)]
-    answers = [[] for _ in range(n)]
-
-    def step(i):
-        for j, pause in enumerate(plans[i]):
-            time.sleep(pause)
-            answers[i].append(batcher.imagine(ImagineRequest([], tool=f"t{i}-{j}")).text)
-        return i
-
-    with ThreadPoolExecutor(n) as pool:
-        done = step_concurrently(pool, [(lambda i=i: step(i), batcher) for i in range(n)])
-    assert done == list(range(n))
-    for i in range(n):
-        assert answers[i] == [
-            f'<execution_result>\n{{"tool": "t{i}-{j}"}}\n</execution_result>' for j in range(len(plans[i]))
-        ]
-    assert sum(policy.batches) == sum(len(p) for p in plans) and max(policy.batches) > 1
-    assert batcher.running == 0
-
-
-def test_a_crash_in_a_batch_reaches_every_waiting_request():
-    policy = RecordingBatcher(fail_on=1)
-    batcher = BatchingImaginer(policy, 3)
-    errors = []
-
-    def step():
-        try:
-            batcher.imagine(ImagineRequest([], tool="x"))
-        except RuntimeError as exc:
-            errors.append(str(exc))
-
-    with ThreadPoolExecutor(3) as pool:
-        step_concurrently(pool, [(step, batcher) for _ in range(3)])
-    assert errors == ["env role crashed"] * 3 and policy.batches == [3]
 
 
 def test_collect_sends_the_env_role_of_all_envs_as_one_batch(monkeypatch):

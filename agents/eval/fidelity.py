@@ -18,36 +18,22 @@ from __future__ import annotations
 
 import json
 import random
-import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from envace_gym.agents.scripted import OraclePolicy, play_episode
+from envace_gym.agents.rollout import collect
+from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import canonical_json
 from envace_gym.compose import rehearse
-from envace_gym.rehearsal import BatchImaginer, Imaginer, ImagineRequest, parse_execution_result, parse_inline_result
-from envace_gym.rehearsal.batching import BatchingImaginer, step_concurrently
+from envace_gym.rehearsal import BatchImaginer, Imaginer, parse_execution_result, parse_inline_result
 from envace_gym.rehearsal.fidelity import leaf_f1
 
 __all__ = ["leaf_f1", "FidelityStats", "fidelity_report", "fidelity_table", "plot_fidelity", "save_report"]
-
-
-class _Probe:
-    """Passes requests to the imaginer and keeps what it answered."""
-
-    def __init__(self, imaginer: Imaginer) -> None:
-        self.imaginer = imaginer
-        self.answers: list[tuple[str, str]] = []
-
-    def imagine(self, request: ImagineRequest) -> Any:
-        gen = self.imaginer.imagine(request)
-        self.answers.append((request.tool, getattr(gen, "text", gen)))
-        return gen
 
 
 @dataclass
@@ -99,8 +85,8 @@ def fidelity_report(
         parse = parse_inline_result if mode == "inline" else parse_execution_result
         spec = BackendSpec.self_imagined_as(mode)  # an unknown mode is refused here
 
-        def make_env(probe: _Probe, spec: BackendSpec = spec) -> Any:
-            return rehearse(env_factory(), spec, probe, grounding=grounding, on_invalid="error_observation")
+        def make_env(spec: BackendSpec = spec, imaginer: Imaginer = imaginer) -> Any:
+            return rehearse(env_factory(), spec, imaginer, grounding=grounding, on_invalid="error_observation")
 
         stats = FidelityStats()
         with tqdm(total=len(tasks), desc=f"fidelity {name}", disable=not progress, unit="ep") as bar:
@@ -127,36 +113,26 @@ def fidelity_report(
 
 
 def _play_oracle(
-    tasks: list[Any], make_env, imaginer: Imaginer, batch_size: int, bar: Any
-) -> list[tuple[Any, dict[str, Any], list]]:
+    tasks: list[Any], make_env: Callable[[], Any], imaginer: Imaginer, batch_size: int, bar: Any
+) -> list[tuple[Any, dict[str, Any], list[tuple[str, str]]]]:
     """Play each task's oracle episode with ``imaginer`` answering; ``(task, last info, env-role answers)``
-    in task order. With ``imagine_batch``, ``batch_size`` workers play at once and share one batcher."""
+    in task order. Through the episode loop: an imaginer with ``imagine_batch`` (an ``LMPolicy``) answers
+    ``batch_size`` episodes at a time, each round's requests in one call (the envs' half-steps)."""
     workers = min(batch_size, len(tasks)) if isinstance(imaginer, BatchImaginer) else 1
-    batcher = BatchingImaginer(imaginer, workers) if workers > 1 else None
-    queue = list(enumerate(tasks))
-    lock = threading.Lock()
-    played: dict[int, tuple[Any, dict[str, Any], list]] = {}
+    envs = [make_env() for _ in range(workers)]
+    oracles = [OraclePolicy(envs[0].unwrapped.suite) for _ in envs]
+    played: dict[str, tuple[dict[str, Any], list[tuple[str, str]]]] = {}
 
-    def worker() -> None:
-        probe = _Probe(batcher or imaginer)
-        env = make_env(probe)
-        oracle = OraclePolicy(env.unwrapped.suite)
-        while True:
-            with lock:
-                if not queue:
-                    return
-                index, task = queue.pop(0)
-            probe.answers = []
-            info = play_episode(env, oracle, task.id)
-            played[index] = (task, info, list(probe.answers))
-            bar.update(1)
+    def record(traj: Any, info: dict[str, Any]) -> None:
+        played[traj.task_id] = (info, [(s.tool, s.text) for s in traj.env_role_samples])
+        bar.update(1)
 
-    if batcher is None:
-        worker()
-    else:
-        with ThreadPoolExecutor(workers, thread_name_prefix="envace-fidelity") as pool:
-            step_concurrently(pool, [(worker, batcher)] * workers)
-    return [played[i] for i in range(len(tasks))]
+    try:
+        collect(envs, oracles, len(tasks), task_ids=[t.id for t in tasks], seed=None, progress=False, on_episode=record)
+    finally:
+        for env in envs:
+            env.close()
+    return [(task, *played[task.id]) for task in tasks]
 
 
 def plot_fidelity(report: dict[str, Any], path: str | Path) -> Path:

@@ -12,8 +12,7 @@
   :class:`RealResultImaginer`, a perfect env role (the real results).
 * :mod:`.halfstep`: :func:`step_envs`: envs that step at the same time, their steps run as half-steps
   (``ToolCallEnv.begin_step``), send their env-role requests as one batch per round, with no thread (used by
-  :mod:`envace_gym.vector` and the rollout loop). :mod:`.batching`: :class:`BatchingImaginer`, the same for
-  requests made from threads (the env-role fidelity evaluation).
+  :mod:`envace_gym.vector`, the rollout loop and the fidelity report).
 * :mod:`.fork`: :class:`RehearsalFork`, a private, reference-free replay of a live episode from its current
   state (what test-time private rehearsal plays, wrapped in :class:`SelfRehearsalEnv`).
 
@@ -22,7 +21,6 @@ context, so an engine that keeps the actor's KV cache computes only the result's
 """
 
 from .backend import ActorContext, ImaginedBackend
-from .batching import BatchingImaginer, step_concurrently
 from .fork import DetachedBackend, RehearsalFork
 from .halfstep import answer_requests, step_envs
 from .prompt import (
@@ -50,10 +48,8 @@ __all__ = [
     "RealResultImaginer",
     "RehearsalFork",
     "DetachedBackend",
-    "BatchingImaginer",
     "step_envs",
     "answer_requests",
-    "step_concurrently",
     "SIMULATOR_SYSTEM_PROMPT",
     "build_simulator_prompt",
     "parse_execution_result",

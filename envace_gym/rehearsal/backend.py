@@ -176,6 +176,7 @@ class ImaginedBackend:
             tool=call.name,
             valid=reason is None,
             error=reason,
+            text=text or "",
         )
         stop_text = getattr(gen, "stop_text", "") or ""
         self._ground(call, sample, value if reason is None else None, stop_text)

@@ -75,6 +75,7 @@ class EnvRoleSample:
     target: str | None = None
     exact: bool | None = None  # equal to the real result, where one is known (live or logged)
     fidelity: float | None = None  # 1.0 if exact, else key/value F1 against the real result; None: unknown
+    text: str = ""  # the answer as the env parsed it (either mode; "" when the env role raised)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
