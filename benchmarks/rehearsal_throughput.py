@@ -15,7 +15,8 @@ and env-role requests together (shared):
 * naive: one env at a time, every request (actor turn or env-role answer) decoded alone by
   ``model.generate`` from its whole re-rendered prompt; measured once per mode on ``--naive-episodes``
   (its rate does not depend on N);
-* raw: batched ``model.generate`` of the same number of new tokens per row from the first-turn prompts.
+* raw: batched ``model.generate`` of the same number of new tokens per row from the first-turn prompts
+  (measured once per N: the same for both modes).
 
     python benchmarks/rehearsal_throughput.py [--policy default|ckpt:DIR] [--envs 1 4 16] [--out DIR] [--quick]
 
@@ -124,6 +125,7 @@ def measure(policy: LMPolicy, workload: Workload, envs: list[int], naive_episode
     ours(policy, rehearsal_envs(1, workload, policy, "prompted"), ids[:1])  # warm-up, not reported
     out: dict[str, Any] = {"workload": asdict(workload), "modes": {}}
     check = {}
+    limits = {n: raw(policy, workload, ids[:n], per_episode) for n in envs}  # the same for both modes
     for mode in MODES:
         slow = naive(slow_policy, workload, mode, ids[:naive_episodes])
         check[f"{mode}/naive"] = (
@@ -132,7 +134,7 @@ def measure(policy: LMPolicy, workload: Workload, envs: list[int], naive_episode
         rows = []
         for n in envs:
             fast = ours(policy, rehearsal_envs(n, workload, policy, mode), ids[:n])
-            limit = raw(policy, workload, ids[:n], per_episode)
+            limit = limits[n]
             check[f"{mode}/ours@{n}"] = fixed(fast, n, workload, per_episode)
             rows.append(
                 {
@@ -167,8 +169,11 @@ def main() -> None:
     parser.add_argument("--naive-episodes", type=int, default=None, help="default 2 (--quick: 1)")
     parser.add_argument("--quick", action="store_true", help="1 and 4 envs, 1 turn, 1 naive episode")
     parser.add_argument("--out", default=None, help="write rehearsal_throughput.json into this directory")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     workload = Workload(
         turns=args.turns or (1 if args.quick else 2),
         actor_tokens=args.actor_tokens,

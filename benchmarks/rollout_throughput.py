@@ -372,8 +372,11 @@ def main() -> None:
     parser.add_argument("--naive-episodes", type=int, default=None, help="default 4 (--quick: 2)")
     parser.add_argument("--quick", action="store_true", help="1 and 4 envs, 2 turns, 2 naive episodes")
     parser.add_argument("--out", default=None, help="write rollout_throughput.json into this directory")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     workload = Workload(turns=args.turns or (2 if args.quick else 3), actor_tokens=args.actor_tokens)
     envs = args.envs or ([1, 4] if args.quick else [1, 4, 16])
     naive_episodes = args.naive_episodes or (2 if args.quick else 4)
