@@ -12,7 +12,16 @@ Policies: ``random`` (schema-valid and invalid calls, broken JSON, unknown tools
 * ``new``: copy-on-write rollback, the compiled argument check, and the builtin toolkits' tools run in
   the caller's thread (they declare ``run_inline``);
 * ``new-watchdog`` (with ``--paths``): ``new`` but every call still handed to a (pooled) watchdog thread,
-  as for toolkits that do not declare ``run_inline``.
+  as for toolkits that do not declare ``run_inline``;
+* ``process`` (with ``--paths``): ``new`` with ``tool_isolation="process"`` (every call a round trip to a
+  worker process, even for the builtin toolkits);
+* ``user-thread`` and ``user-default``: the same tools as a user's toolkit would have them, one that does
+  not declare ``run_inline`` (each builtin toolkit subclassed with ``run_inline = False`` and registered
+  under ``user/<domain>``), run with ``tool_isolation="thread"`` (the opt-in: a watchdog thread per call,
+  a hung call abandoned) and under the default (a worker process, a hung call killed).
+
+What isolation costs: ``new`` (inline), ``user-thread`` and ``user-default`` are in the default run, and
+the script prints each one's wall time per step and per executed call, and its ratio to inline.
 
 Both paths play the same seeded episodes. The first ``--warmup`` steps of each run are not timed; tasks
 met for the first time still fill per-task caches (the reference state hash, the task's ToolSpecs), which
@@ -21,11 +30,13 @@ before timing, to measure that steady state. Runs alternate between the paths ``
 median is reported, since a shared machine is noisy.
 
     python benchmarks/env_step.py [--steps 20000] [--seconds 10] [--policies random oracle] [--json]
+    python benchmarks/env_step.py --paths new user-thread user-default   # isolation costs only
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -36,7 +47,9 @@ import gymnasium as gym
 import envace_gym  # noqa: F401  (registers the env)
 from envace_gym import tools
 from envace_gym.agents.scripted import OraclePolicy, RandomPolicy
+from envace_gym.backends import PythonBackend, make_backend, register_backend
 from envace_gym.backends import python as python_backend
+from envace_gym.suites import load_suite
 
 PATHS = {
     "old": {"rollback": "deepcopy", "fast_validation": False, "inline": False},
@@ -44,7 +57,12 @@ PATHS = {
     "new-watchdog": {"rollback": "cow", "fast_validation": True, "inline": False},
     # tool_isolation="process": every call a round trip to the backend's worker process (killable on a hang).
     "process": {"rollback": "cow", "fast_validation": True, "inline": True, "isolation": "process"},
+    # The builtin tools as a toolkit that does not declare run_inline: thread mode (opt-in), the default.
+    "user-thread": {"rollback": "cow", "fast_validation": True, "inline": True, "isolation": "thread", "user": True},
+    "user-default": {"rollback": "cow", "fast_validation": True, "inline": True, "isolation": "auto", "user": True},
 }
+# The paths whose per-step cost the isolation summary compares (inline first: the others' ratios are to it).
+ISOLATION_PATHS = ("new", "user-thread", "user-default")
 
 
 def configure(path: str) -> None:
@@ -53,8 +71,28 @@ def configure(path: str) -> None:
     tools.FAST_VALIDATION = PATHS[path]["fast_validation"]
 
 
+def user_tasks() -> list[Any]:
+    """The builtin train mix, each task's backend the ``user/<domain>`` twin of its toolkit (registered here):
+    the same tools and state, but a toolkit that does not declare ``run_inline``, as a user's would."""
+    tasks = []
+    for task in load_suite("builtin"):
+        name = f"user/{task.backend}"
+        if name not in _USER_BACKENDS:
+            builtin = make_backend(task.backend, timeout=None).toolkit_cls
+            user_cls = type(f"User{builtin.__name__}", (builtin,), {"run_inline": False})
+            register_backend(name, lambda _cls=user_cls, **kw: PythonBackend(_cls, **kw), overwrite=True)
+            _USER_BACKENDS.add(name)
+        tasks.append(dataclasses.replace(task, backend=name))
+    return tasks
+
+
+_USER_BACKENDS: set[str] = set()
+
+
 def make_env(wrapped: bool, path: str = "new") -> Any:
-    env = gym.make("EnvACE-ToolCall-v0", split="train", tool_isolation=PATHS[path].get("isolation", "thread"))
+    isolation = PATHS[path].get("isolation", "thread")
+    tasks = user_tasks() if PATHS[path].get("user") else None
+    env = gym.make("EnvACE-ToolCall-v0", split="train", tasks=tasks, tool_isolation=isolation)
     return env if wrapped else env.unwrapped
 
 
@@ -124,7 +162,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=500, help="untimed steps at the start of each run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per path and policy (median reported)")
     parser.add_argument("--policies", nargs="+", default=["random", "oracle"], choices=["random", "oracle"])
-    parser.add_argument("--paths", nargs="+", default=["old", "new"], choices=list(PATHS))
+    parser.add_argument(
+        "--paths", nargs="+", default=["old", "new", "user-thread", "user-default"], choices=list(PATHS)
+    )
     parser.add_argument("--prewarm", action="store_true", help="play every train task once before timing")
     parser.add_argument("--wrapped", action="store_true", help="step gym.make's wrappers, not .unwrapped")
     parser.add_argument("--seed", type=int, default=0)
@@ -180,6 +220,17 @@ def main() -> None:
         if "ratio" in row:
             line += f"{row['ratio']:>8}x"
         print(line)
+    isolation = [p for p in ISOLATION_PATHS if p in args.paths]
+    if len(isolation) > 1 and isolation[0] == "new":
+        print("what isolation costs a toolkit (wall time per step and per executed call; ratio: per step / inline):")
+        for row in table:
+            inline_us = 1e6 / row["new"]["steps_per_s"]
+            parts = []
+            for p in isolation:
+                us = 1e6 / row[p]["steps_per_s"]
+                label = {"new": "inline", "user-thread": "thread", "user-default": "process (default)"}[p]
+                parts.append(f"{label} {us:,.0f} us/step, {row[p]['us_per_call']:,} us/call ({us / inline_us:.1f}x)")
+            print(f"  {row['policy']:<7} " + " | ".join(parts))
     if "process" in args.paths and "new" in args.paths:
         for row in table:  # what running the tools in a worker process adds to each call
             extra = row["process"]["us_per_call"] - row["new"]["us_per_call"]

@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 from .backends import LEDGER, Backend, ReplayBackend, ToolResult, is_self_accounting, make_backend
+from .backends.isolated import TOOL_ISOLATIONS, real_backend
 from .backends.spec import parse_backend_spec
 from .calls import (
     INVALID_CALL_CODES,
@@ -106,10 +107,12 @@ class ToolCallEnv(gym.Env[str, str]):
             ``task -> Backend``. Imagined results: wrap the env in :class:`envace_gym.SelfRehearsalEnv`.
         max_turns: assistant messages per episode before truncation (a task's own ``max_turns`` wins).
         tool_timeout: seconds one tool call may run before it becomes a ``TOOL_TIMEOUT`` error.
-        tool_isolation: where the real backend's tools run: ``"thread"`` (in this process; a hung call is
-            abandoned, not stopped; toolkits that declare ``run_inline`` run in the caller's thread) or
-            ``"process"`` (a worker process per backend, killed and rebuilt when a call passes
-            ``tool_timeout``: for untrusted or slow tools; one IPC round trip per call).
+        tool_isolation: where the real backend's tools run: ``"auto"`` (the default: a toolkit that does not
+            declare ``run_inline`` in a worker process, the builtin toolkits and BFCL/tau2 in this one; see
+            :func:`envace_gym.backends.isolated.real_backend`), ``"process"`` (every registered backend in a
+            worker process per backend, killed and rebuilt when a call passes ``tool_timeout``; one IPC
+            round trip per call) or ``"thread"`` (in this process; a hung call is abandoned, not stopped:
+            for trusted, fast tools; toolkits that declare ``run_inline`` run in the caller's thread).
         tool_memory_mb: with ``tool_isolation="process"``, megabytes a worker may allocate beyond its start
             (a tool that allocates without bound then gets a ``TOOL_EXECUTION_ERROR``); None: no cap.
         max_action_chars: longer actions are refused with an error observation (and kept in history).
@@ -174,7 +177,7 @@ class ToolCallEnv(gym.Env[str, str]):
         backend: EnvBackend = "real",
         max_turns: int = 12,
         tool_timeout: float | None = 5.0,
-        tool_isolation: str = "thread",
+        tool_isolation: str = "auto",
         tool_memory_mb: int | None = None,
         max_action_chars: int = 65_536,
         max_calls_per_step: int = 16,
@@ -198,8 +201,8 @@ class ToolCallEnv(gym.Env[str, str]):
         self.split = split
         self.pool = self._pool(self.suite, split)
         self.backend_spec = backend
-        if tool_isolation not in ("thread", "process"):
-            raise ValueError(f"tool_isolation must be 'thread' or 'process', got {tool_isolation!r}")
+        if tool_isolation not in TOOL_ISOLATIONS:
+            raise ValueError(f"tool_isolation must be one of {TOOL_ISOLATIONS}, got {tool_isolation!r}")
         self.max_turns = max_turns
         self.tool_timeout = tool_timeout
         self.tool_isolation = tool_isolation
@@ -419,11 +422,7 @@ class ToolCallEnv(gym.Env[str, str]):
         return self._backends[task.backend]
 
     def _make_real(self, name: str) -> Backend:
-        if self.tool_isolation == "process":
-            from .backends.isolated import ProcessBackend
-
-            return ProcessBackend(name, timeout=self.tool_timeout or 5.0, memory_mb=self.tool_memory_mb)
-        return make_backend(name, timeout=self.tool_timeout)
+        return real_backend(name, self.tool_isolation, timeout=self.tool_timeout, memory_mb=self.tool_memory_mb)
 
     def run_calls(self, calls: list[ToolCall], errors: list[CallError]) -> tuple[str, list[ToolResult]]:
         """Execute one message's calls (after reporting its format ``errors``); returns the observation and

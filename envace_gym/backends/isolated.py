@@ -8,9 +8,10 @@ child rebuilt from the task with the episode's finished calls replayed (each und
 and the call is a ``TOOL_EXECUTION_ERROR``. Messages are JSON over a pipe (never pickle): the task as
 ``Task.to_dict()``, calls and results as JSON.
 
-The cost is one round trip per call (see ``benchmarks/env_step.py --isolation process``) and a process per
-env; the default (``tool_isolation="thread"``) keeps tools in the env's process, right for trusted, fast
-tools such as the builtin toolkits.
+The cost is one round trip per call and a process per env (``benchmarks/env_step.py`` prints it beside the
+in-thread paths). :func:`real_backend` decides where a registered backend's tools run; under the env's
+default (``tool_isolation="auto"``) a toolkit that does not declare ``run_inline`` gets a worker process and
+the builtin toolkits (pure, bounded tools that declare it) keep running in the caller's thread.
 """
 
 from __future__ import annotations
@@ -20,15 +21,73 @@ import multiprocessing
 import os
 import resource
 import sys
+import warnings
 from multiprocessing.connection import Connection
 from typing import Any
 
 from ..calls import CallError, ErrorCode, ToolCall
 from ..tasks import Task
 from ..tools import ToolSpec
-from .base import ToolResult, validate_call
+from . import make_backend
+from .base import Backend, ToolResult, validate_call
+from .python import PythonBackend
 
-__all__ = ["ProcessBackend"]
+__all__ = ["ProcessBackend", "TOOL_ISOLATIONS", "real_backend"]
+
+#: Where a registered backend's tools run (``ToolCallEnv(tool_isolation=...)``; see :func:`real_backend`).
+TOOL_ISOLATIONS = ("auto", "thread", "process")
+
+
+def real_backend(
+    name: str, isolation: str = "auto", timeout: float | None = 5.0, memory_mb: int | None = None
+) -> Backend:
+    """The registered backend ``name``, its tools run where ``isolation`` says.
+
+    * ``"process"``: a :class:`ProcessBackend`: every call in a worker process, killed at ``timeout``.
+    * ``"thread"``: built in this process: a toolkit that declares ``run_inline`` runs in the caller's
+      thread, any other tool under a watchdog thread that abandons a hung call (its thread runs on).
+    * ``"auto"``: ``"process"`` for a :class:`PythonBackend` whose calls can hang (its toolkit does not
+      declare ``run_inline``, or it has plain-function tools), ``"thread"`` for the rest: toolkits that
+      declare ``run_inline`` (the builtin ones), backends that contain their own calls (BFCL, tau2, MCP),
+      and ``timeout=None`` (no timeout asked for: nothing to end). Where this process may not start a
+      worker (a daemonic process such as an ``AsyncVectorEnv`` worker, or a platform without ``fork``),
+      ``"auto"`` falls back to ``"thread"`` with a one-time ``RuntimeWarning``.
+
+    The worker is forked, so it inherits the registry: a toolkit defined in a function or registered with
+    a lambda runs there as it would here; nothing is pickled.
+    """
+    if isolation not in TOOL_ISOLATIONS:
+        raise ValueError(f"tool_isolation must be one of {TOOL_ISOLATIONS}, got {isolation!r}")
+    if isolation == "process":
+        return ProcessBackend(name, timeout=timeout or 5.0, memory_mb=memory_mb)
+    local = make_backend(name, timeout=timeout)
+    if isolation == "thread" or not isinstance(local, PythonBackend) or local.runs_inline:
+        return local
+    reason = _why_no_worker()
+    if reason is not None:
+        if (name, reason) not in _WARNED:
+            _WARNED.add((name, reason))
+            warnings.warn(
+                f"tool_isolation='auto': {name!r} runs its tools under a watchdog thread in this process "
+                f"(a hung call is abandoned, not killed): {reason}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return local
+    assert timeout is not None  # runs_inline is True without a timeout
+    return ProcessBackend(name, timeout=timeout, memory_mb=memory_mb)
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _why_no_worker() -> str | None:
+    """Why this process cannot fork a tool worker, or None when it can."""
+    if multiprocessing.current_process().daemon:
+        return "this is a daemonic process (an AsyncVectorEnv worker, say), which may not start children"
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return "this platform cannot fork a worker"
+    return None
 
 
 def _limit_memory(extra_mb: int) -> None:
@@ -42,8 +101,6 @@ def _limit_memory(extra_mb: int) -> None:
 
 def _serve(conn: Connection, name: str, memory_mb: int | None = None) -> None:
     """The child: builds backend ``name`` (no watchdog: the parent's timeout ends this process) and answers."""
-    from . import make_backend
-
     # What tools print goes to stderr: stdout is the parent's (``envace eval --json`` prints its result there).
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -144,6 +144,15 @@ class PythonBackend:
     def tools(self) -> Sequence[ToolSpec]:
         return list(self._specs.values())
 
+    @property
+    def runs_inline(self) -> bool:
+        """True when every call runs in the caller's thread: the toolkit declares ``run_inline`` and there are
+        no plain functions, or there is no timeout. Otherwise a call may hang, and only a watchdog (a thread
+        here, a killable worker process under ``tool_isolation="auto"`` or ``"process"``) ends the wait."""
+        if self.timeout is None:
+            return True
+        return self._inline and INLINE_TOOLKITS and not self._functions
+
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         """Fresh state from the task's initial state; the episode's tools are the task's, if it lists any.
 
