@@ -121,6 +121,7 @@ def _strip_logprobs(record):
         logprobs.append(traj.pop("logprobs"))
         for sample in traj["env_role_samples"]:
             logprobs.append(sample.pop("logprobs"))
+            sample.pop("text", None)  # added after the record was made: the parsed answer, a copy of what it holds
     return out, [lp for group in logprobs for lp in group]
 
 
