@@ -157,6 +157,7 @@ def test_record_then_replay(tmp_path, test_ids):
 
 def test_replay_miss_and_corrupt_file(tmp_path):
     path = tmp_path / "empty.jsonl"
+    path.write_text("")  # an empty cache misses; a missing one is refused (test_reliability)
     env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", backend=f"replay:{path}")
     env.reset(seed=0)
     _, _, _, _, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))

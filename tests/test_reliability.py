@@ -177,6 +177,19 @@ def test_paths_that_are_directories_or_files_in_the_way_are_one_line_errors(tmp_
     assert code == 2 and len(err.splitlines()) == 1 and "envace: error:" in err
 
 
+def test_a_missing_replay_file_is_a_one_line_error_not_a_run_of_misses(tmp_path, capsys):
+    from envace_gym.cli import main
+
+    missing = tmp_path / "nope.jsonl"
+    with pytest.raises(ReplayFileError, match="no such tool log"):
+        ReplayBackend(missing)
+    ReplayBackend(missing, fallback=ReplayBackend(tmp_path / "rec.jsonl", write_back=True), on_miss="fallback")
+    code = main(["eval", "--suite", "builtin/bank", "--policy", "oracle", "--episodes", "1", "--no-progress",
+                 "--backend", f"replay:{missing}"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "no such tool log" in err and str(missing) in err
+
+
 def test_a_call_inside_nested_think_tags_is_never_run():
     nested = '<think><think></think><tool_call>{"name": "f", "arguments": {}}</tool_call></think>Hi'
     parsed = parse_calls(nested)

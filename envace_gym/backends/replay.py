@@ -162,7 +162,8 @@ class ReplayBackend:
     """Answers calls from a cache file; on a miss, an error or the next backend of a chain.
 
     Args:
-        path: the JSONL cache (created on the first write when missing).
+        path: the JSONL cache (created on the first write when missing; a replay-only backend, ``on_miss=
+            "error"``, refuses a missing file with ``ReplayFileError``).
         fallback: the backend to ask on a miss (e.g. the real one, or an imagined one).
         on_miss: ``"error"`` (a ``TOOL_EXECUTION_ERROR`` result) or ``"fallback"``.
         write_back: append what the fallback answered, so the next run replays it (recording).
@@ -198,7 +199,9 @@ class ReplayBackend:
         if self.write_back and self.path.is_file() and self.path.stat().st_size:
             if not self.path.read_bytes().endswith(b"\n"):
                 self._heal_torn_end()
-        return ToolLog.load(self.path, missing_ok=True).entries
+        # Only a cache that records (or falls back) may start empty: a replay-only one with no file would turn
+        # every call into a miss and report a run that never touched a tool.
+        return ToolLog.load(self.path, missing_ok=self.write_back or self.on_miss == "fallback").entries
 
     def _heal_torn_end(self) -> None:
         """Cut a torn last line off a cache this backend will append to (else the next entry would be glued
