@@ -17,6 +17,7 @@ from .backends import (
 from .calls import CallError, ErrorCode, ParsedAction, ToolCall, format_calls, parse_calls
 from .compose import make_env, rehearse
 from .env import ToolCallEnv
+from .recording import ReferenceCallError, ReferenceRecorder
 from .registration import BUILTIN_DOMAINS, register_all
 from .rehearsal import EnvRoleSample, ImagineRequest, SelfRehearsalEnv
 from .rewards import register_reward_basis
@@ -71,6 +72,8 @@ __all__ = [
     "suite_names",
     "RefCall",
     "RefTurn",
+    "ReferenceCallError",
+    "ReferenceRecorder",
     "Task",
     "TaskFormatError",
     "TaskSuite",

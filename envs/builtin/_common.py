@@ -1,20 +1,17 @@
-"""Shared machinery for the builtin domains: recording reference trajectories on the real backend.
+"""Shared machinery for the builtin domains: per-task RNGs, held-out name pools and phrasings.
 
 A domain generator builds a small world (the initial state), then plays the solution through
-:class:`ReferenceRecorder`, which executes every call on a real :class:`PythonBackend` so that the
-reference results are the real ones (and a generator bug that makes an invalid call fails loudly).
+:class:`envace_gym.ReferenceRecorder`, which executes every call on a real :class:`PythonBackend` so that
+the reference results are the real ones (and a generator bug that makes an invalid call fails loudly).
 """
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from envace_gym.backends import PythonBackend, Toolkit
-from envace_gym.calls import ToolCall
-from envace_gym.tasks import RefCall, RefTurn, Task
+from envace_gym.recording import ReferenceRecorder
+from envace_gym.tasks import Task
 
 __all__ = ["ReferenceRecorder", "task_rng", "pick_template", "generate_tasks", "SPLITS"]
 
@@ -95,72 +92,3 @@ def generate_tasks(
 def pick_template(rng: random.Random, templates: dict[str, Sequence[str]], split: str) -> str:
     """Phrasings are held out by split: ``templates = {"train": [...], "test": [...]}``."""
     return rng.choice(list(templates[split]))
-
-
-class ReferenceRecorder:
-    """Plays a reference solution on a real backend and turns it into a :class:`Task`.
-
-    Usage::
-
-        rec = ReferenceRecorder(RetailToolkit, state)
-        (customer,) = rec.step(("find_customer", {"email": email}))
-        rec.answer("Your order ... ", contains=["O-1234"])  # closes the turn; later steps belong to the next
-        task = rec.build(id=..., domain=..., split=..., user_turns=[...], reward=[...])
-    """
-
-    def __init__(self, toolkit: type[Toolkit], initial_state: dict[str, Any], backend_name: str) -> None:
-        self.toolkit = toolkit
-        self.initial_state = copy.deepcopy(initial_state)  # later edits by the generator must not leak in
-        self.backend_name = backend_name
-        self._backend = PythonBackend(toolkit, timeout=None)
-        self._backend.reset(Task(id="draft", user_turns=("draft",), initial_state=initial_state))
-        self._turns: list[RefTurn] = []
-        self._steps: list[tuple[RefCall, ...]] = []
-
-    def step(self, *calls: tuple[str, dict[str, Any]]) -> list[Any]:
-        """Execute one assistant step (several calls = parallel); returns their real results."""
-        recorded, results = [], []
-        for name, arguments in calls:
-            result = self._backend.execute(ToolCall(name, arguments))
-            if not result.ok:
-                raise RuntimeError(f"reference call {name}({arguments}) failed: {result.error}")
-            recorded.append(RefCall(name, arguments, result.content))
-            results.append(result.content)
-        self._steps.append(tuple(recorded))
-        return results
-
-    def answer(self, text: str, contains: Sequence[str] = ()) -> None:
-        """Close the current user turn with the reference answer and the strings it must contain."""
-        self._turns.append(RefTurn(tuple(self._steps), text, tuple(contains)))
-        self._steps = []
-
-    @property
-    def state(self) -> dict[str, Any]:
-        return self._backend.state()
-
-    def build(
-        self,
-        *,
-        id: str,
-        domain: str,
-        split: str,
-        user_turns: Sequence[str],
-        reward: Sequence[str],
-        system: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Task:
-        if self._steps:
-            raise RuntimeError("steps recorded after the last answer(); every turn must end with an answer")
-        return Task(
-            id=id,
-            user_turns=tuple(user_turns),
-            tools=tuple(spec.to_openai() for spec in self.toolkit.tool_specs()),
-            backend=self.backend_name,
-            initial_state=self.initial_state,
-            reference=tuple(self._turns),
-            reward=tuple(reward),
-            domain=domain,
-            split=split,
-            system=system,
-            metadata=metadata or {},
-        )

@@ -265,21 +265,21 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     if kind == "balance":
         acc = rng.choice(sorted(state["accounts"]))
         (res,) = rec.step(("get_balance", {"account_id": acc}))
-        rec.answer(f"Account {acc} holds {_money(res['balance'])} {res['currency']}.", [_money(res["balance"])])
+        rec.turn(f"Account {acc} holds {_money(res['balance'])} {res['currency']}.", [_money(res["balance"])])
         turns = [t("balance", acc=acc)]
     elif kind == "my_balance":
         acc_kind = rng.choice(["checking", "savings"])
         (found,) = rec.step(("find_accounts", {"owner": me}))
         acc = next(a["account_id"] for a in found if a["type"] == acc_kind)
         (res,) = rec.step(("get_balance", {"account_id": acc}))
-        rec.answer(
+        rec.turn(
             f"Your {acc_kind} account {acc} holds {_money(res['balance'])} {res['currency']}.", [_money(res["balance"])]
         )
         turns = [t("my_balance", name=me, kind=acc_kind)]
     elif kind == "both_balances":
         a, b = rng.sample(sorted(state["accounts"]), 2)
         ra, rb = rec.step(("get_balance", {"account_id": a}), ("get_balance", {"account_id": b}))
-        rec.answer(
+        rec.turn(
             f"{a}: {_money(ra['balance'])} {ra['currency']}; {b}: {_money(rb['balance'])} {rb['currency']}.",
             [_money(ra["balance"]), _money(rb["balance"])],
         )
@@ -291,7 +291,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         src = next(a["account_id"] for a in mine if a["type"] == "checking")
         dst = next(a["account_id"] for a in theirs if a["type"] == "checking")
         (res,) = rec.step(("transfer", {"from_account": src, "to_account": dst, "amount": amount}))
-        rec.answer(
+        rec.turn(
             f"Done: transaction {res['transaction_id']} sent {_money(amount)} to {other}.", [res["transaction_id"]]
         )
         turns = [t("pay_person", name=me, other=other, amount=_money(amount))]
@@ -303,7 +303,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (bal,) = rec.step(("get_balance", {"account_id": src}))
         half = round(bal["balance"] / 2, 2)
         (res,) = rec.step(("transfer", {"from_account": src, "to_account": dst, "amount": half}))
-        rec.answer(
+        rec.turn(
             f"Moved {_money(half)} to savings; checking now holds {_money(res['from_balance'])}.", [_money(half)]
         )
         turns = [t("half_to_savings", name=me)]
@@ -312,28 +312,28 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         src_cur, dst_cur = rng.sample(sorted(RATES), 2)
         amount = float(rng.choice([20, 50, 75, 100, 120, 250, 400, 1000]))
         (res,) = rec.step(("convert_currency", {"amount": amount, "from_currency": src_cur, "to_currency": dst_cur}))
-        rec.answer(f"{amount:g} {src_cur} is {_money(res['amount'])} {dst_cur}.", [_money(res["amount"])])
+        rec.turn(f"{amount:g} {src_cur} is {_money(res['amount'])} {dst_cur}.", [_money(res["amount"])])
         turns = [t("convert", amount=f"{amount:g}", src=src_cur, dst=dst_cur)]
     elif kind == "last_txn":
         touched = sorted({x for txn in state["transactions"] for x in (txn["from"], txn["to"])})
         acc = rng.choice(touched)
         (res,) = rec.step(("list_transactions", {"account_id": acc, "limit": 1}))
-        rec.answer(f"The latest transaction on {acc} is {res[0]['id']}.", [res[0]["id"]])
+        rec.turn(f"The latest transaction on {acc} is {res[0]['id']}.", [res[0]["id"]])
         turns = [t("last_txn", acc=acc)]
     elif kind == "no_tool":
         amount = _money(round(rng.uniform(20, 900), 2))
         payee = rng.choice(_PAYEES[split])
-        rec.answer(f"Noted: {amount} for your {payee}. Nothing has been transferred.", [amount])
+        rec.turn(f"Noted: {amount} for your {payee}. Nothing has been transferred.", [amount])
         turns = [t("no_tool", payee=payee, amount=amount)]
     elif kind == "followup":
         (found,) = rec.step(("find_accounts", {"owner": me}))
         src = next(a["account_id"] for a in found if a["type"] == "checking")
         dst = next(a["account_id"] for a in found if a["type"] == "savings")
         (bal,) = rec.step(("get_balance", {"account_id": dst}))
-        rec.answer(f"Your savings account {dst} holds {_money(bal['balance'])}.", [_money(bal["balance"])])
+        rec.turn(f"Your savings account {dst} holds {_money(bal['balance'])}.", [_money(bal["balance"])])
         amount = round(min(state["accounts"][src]["balance"] * 0.3, 500), 0)
         (res,) = rec.step(("transfer", {"from_account": src, "to_account": dst, "amount": amount}))
-        rec.answer(
+        rec.turn(
             f"Transferred {_money(amount)}; savings now holds {_money(res['to_balance'])}.", [_money(res["to_balance"])]
         )
         turns = [t("followup", name=me), t("followup_2", amount=_money(amount))]

@@ -560,104 +560,104 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     rec = ReferenceRecorder(FilesToolkit, state, BACKEND)
     if kind == "read":
         (res,) = rec.step(("read_file", {"path": target}))
-        rec.answer(f"{target} says:\n{res['content']}", _lines(res["content"]))
+        rec.turn(f"{target} says:\n{res['content']}", _lines(res["content"]))
         turns = [t("read", path=target)]
     elif kind == "size":
         (res,) = rec.step(("file_info", {"path": target}))
-        rec.answer(f"{target} is {res['size']} characters long ({res['lines']} lines).", [str(res["size"])])
+        rec.turn(f"{target} is {res['size']} characters long ({res['lines']} lines).", [str(res["size"])])
         turns = [t("size", path=target)]
     elif kind == "list":
         folder = rng.choice(folders)
         (res,) = rec.step(("list_dir", {"path": folder}))
-        rec.answer(f"{folder} holds: {', '.join(res['files'])}.", res["files"])
+        rec.turn(f"{folder} holds: {', '.join(res['files'])}.", res["files"])
         turns = [t("list", path=folder)]
     elif kind == "mkdir":
         path = _fresh_folder(rng, split, state, home)
         rec.step(("make_dir", {"path": path}))
-        rec.answer(f"Created the folder {path}.")
+        rec.turn(f"Created the folder {path}.")
         turns, reward = [t("mkdir", path=path)], _CHANGES
     elif kind == "write":
         path = f"{rng.choice(folders)}/{_fresh_name(rng, split, state)}"
         content = _content(rng, split, lines=1)
         rec.step(("write_file", {"path": path, "content": content}))
-        rec.answer(f"Created {path} ({len(content)} characters).")
+        rec.turn(f"Created {path} ({len(content)} characters).")
         turns, reward = [t("write", path=path, content=content)], _CHANGES
     elif kind == "delete":
         rec.step(("delete", {"path": target}))
-        rec.answer(f"Deleted {target}.")
+        rec.turn(f"Deleted {target}.")
         turns, reward = [t("delete", path=target)], _CHANGES
     elif kind == "find_read":
         ((path,),) = rec.step(("find", {"name": name}))
         (res,) = rec.step(("read_file", {"path": path}))
         first = _lines(res["content"])[0]
-        rec.answer(f"{name} is at {path}; its first line is: {first}", [first])
+        rec.turn(f"{name} is at {path}; its first line is: {first}", [first])
         turns = [t("find_read", name=name, user=user)]
     elif kind == "find_size":
         ((path,),) = rec.step(("find", {"name": name}))
         (res,) = rec.step(("file_info", {"path": path}))
-        rec.answer(f"{name} ({path}) is {res['size']} characters long.", [str(res["size"])])
+        rec.turn(f"{name} ({path}) is {res['size']} characters long.", [str(res["size"])])
         turns = [t("find_size", name=name)]
     elif kind == "find_move":
         ((path,),) = rec.step(("find", {"name": name}))
         rec.step(("move", {"src": path, "dst": f"{other_folder}/{name}"}))
-        rec.answer(f"Moved {path} to {other_folder}/{name}.")
+        rec.turn(f"Moved {path} to {other_folder}/{name}.")
         turns, reward = [t("find_move", name=name, dest=other_folder, user=user)], _CHANGES
     elif kind == "find_delete":
         ((path,),) = rec.step(("find", {"name": name}))
         rec.step(("delete", {"path": path}))
-        rec.answer(f"Deleted {path}.")
+        rec.turn(f"Deleted {path}.")
         turns, reward = [t("find_delete", name=name)], _CHANGES
     elif kind == "find_copy":
         ((path,),) = rec.step(("find", {"name": name}))
         (res,) = rec.step(("read_file", {"path": path}))
         rec.step(("write_file", {"path": f"{other_folder}/{name}", "content": res["content"]}))
-        rec.answer(f"Copied {path} to {other_folder}/{name}.")
+        rec.turn(f"Copied {path} to {other_folder}/{name}.")
         turns, reward = [t("find_copy", name=name, dest=other_folder, user=user)], _CHANGES
     elif kind == "read_two":
         a, b = rng.sample(files, 2)
         ra, rb = rec.step(("read_file", {"path": a}), ("read_file", {"path": b}))
-        rec.answer(
+        rec.turn(
             f"{a}: {_quote(ra['content'])}\n{b}: {_quote(rb['content'])}", _lines(ra["content"]) + _lines(rb["content"])
         )
         turns = [t("read_two", a=a, b=b)]
     elif kind == "size_two":
         a, b = rng.sample(files, 2)
         ra, rb = rec.step(("file_info", {"path": a}), ("file_info", {"path": b}))
-        rec.answer(f"{a} has {ra['size']} characters and {b} has {rb['size']}.", [str(ra["size"]), str(rb["size"])])
+        rec.turn(f"{a} has {ra['size']} characters and {b} has {rb['size']}.", [str(ra["size"]), str(rb["size"])])
         turns = [t("size_two", a=a, b=b)]
     elif kind == "mkdir_two":
         a = _fresh_folder(rng, split, state, home)
         b = _fresh_folder(rng, split, {"dirs": [*state["dirs"], a]}, f"/home/{rng.choice(users)}")
         rec.step(("make_dir", {"path": a}), ("make_dir", {"path": b}))
-        rec.answer(f"Created {a} and {b}.")
+        rec.turn(f"Created {a} and {b}.")
         turns, reward = [t("mkdir_two", a=a, b=b)], _CHANGES
     elif kind == "followup_rename":
         ((path,),) = rec.step(("find", {"name": name}))
-        rec.answer(f"{name} is stored at {path}.", [path])
+        rec.turn(f"{name} is stored at {path}.", [path])
         new = f"{posixpath.dirname(path)}/{_fresh_name(rng, split, state, ext=posixpath.splitext(name)[1])}"
         rec.step(("move", {"src": path, "dst": new}))
-        rec.answer(f"Renamed it: the file is now {new}.")
+        rec.turn(f"Renamed it: the file is now {new}.")
         turns = [t("followup_rename", name=name, user=user), t("followup_rename_2", new=posixpath.basename(new))]
         reward = ["call_match", "state_match", "answer_match"]
     elif kind == "followup_read":
         folder = rng.choice(folders)
         owner, folder_name = folder.split("/")[2], posixpath.basename(folder)
         (listing,) = rec.step(("list_dir", {"path": folder}))
-        rec.answer(f"Your {folder_name} folder holds: {', '.join(listing['files'])}.", listing["files"])
+        rec.turn(f"Your {folder_name} folder holds: {', '.join(listing['files'])}.", listing["files"])
         pick = rng.choice(listing["files"])
         (res,) = rec.step(("read_file", {"path": f"{folder}/{pick}"}))
-        rec.answer(f"{pick} says:\n{res['content']}", _lines(res["content"]))
+        rec.turn(f"{pick} says:\n{res['content']}", _lines(res["content"]))
         turns = [t("followup_read", user=owner, folder=folder_name), t("followup_read_2", name=pick)]
     elif kind == "no_tool":
         path = f"/home/{user}/{rng.choice(_FOLDERS[split])}/{rng.choice(_STEMS[split])}{rng.choice(_EXTS)}"
-        rec.answer(f"Noted: {path}. I haven't created or changed anything.", [path])
+        rec.turn(f"Noted: {path}. I haven't created or changed anything.", [path])
         turns = [t("no_tool", path=path)]
     elif kind == "largest":
         (listing,) = rec.step(("list_dir", {"path": folder}))
         infos = rec.step(*[("file_info", {"path": f"{folder}/{n}"}) for n in listing["files"]])
         best = max(infos, key=lambda r: r["size"])
         best_name = posixpath.basename(best["path"])
-        rec.answer(
+        rec.turn(
             f"The largest file in {folder} is {best_name}, with {best['size']} characters.",
             [best_name, str(best["size"])],
         )
@@ -667,7 +667,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         dst = rng.choice([f for f in folders if f != src])
         (listing,) = rec.step(("list_dir", {"path": src}))
         rec.step(*[("move", {"src": f"{src}/{n}", "dst": f"{dst}/{n}"}) for n in listing["files"]])
-        rec.answer(f"Moved {', '.join(listing['files'])} from {src} to {dst}.")
+        rec.turn(f"Moved {', '.join(listing['files'])} from {src} to {dst}.")
         turns, reward = [t("move_all", src=src, dst=dst)], _CHANGES
     else:  # pragma: no cover - _KINDS and this switch are kept in step
         raise ValueError(kind)

@@ -475,7 +475,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     if kind == "order_status":
         order = rng.choice(sorted(state["orders"]))
         (res,) = rec.step(("get_order", {"order_id": order}))
-        rec.answer(
+        rec.turn(
             f"Order {order} is {res['status']}; its total was {_money(res['total'])}.",
             [res["status"], _money(res["total"])],
         )
@@ -483,7 +483,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     elif kind == "product_info":
         product = rng.choice(sorted(state["products"]))
         (res,) = rec.step(("get_product", {"product_id": product}))
-        rec.answer(
+        rec.turn(
             f"{res['name']} ({product}) costs {_money(res['price'])} and {res['stock']} units are in stock.",
             [_money(res["price"]), str(res["stock"])],
         )
@@ -492,7 +492,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         pending = [oid for oid, o in sorted(state["orders"].items()) if o["status"] == "pending"]
         order, reason = rng.choice(pending), rng.choice(sorted(_REASON_TEXT))
         (res,) = rec.step(("cancel_order", {"order_id": order, "reason": reason}))
-        rec.answer(f"Order {order} is cancelled; {_money(res['refund'])} will be refunded.", [_money(res["refund"])])
+        rec.turn(f"Order {order} is cancelled; {_money(res['refund'])} will be refunded.", [_money(res["refund"])])
         turns = [t("cancel_by_id", order=order, reason=_REASON_TEXT[reason])]
         reward = WRITE
     elif kind == "cancel_pending":
@@ -501,7 +501,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (orders,) = rec.step(("list_orders", {"customer_id": cust["customer_id"]}))
         order = next(o["order_id"] for o in orders if o["status"] == "pending")
         (res,) = rec.step(("cancel_order", {"order_id": order, "reason": reason}))
-        rec.answer(
+        rec.turn(
             f"I cancelled your pending order {order}; {_money(res['refund'])} will be refunded.",
             [_money(res["refund"])],
         )
@@ -514,14 +514,14 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         order = next(o["order_id"] for o in orders if o["status"] == "pending")
         rec.step(("update_shipping_address", {"order_id": order, "address": address}))
         # Nothing was asked for, so the answer is not graded on its wording.
-        rec.answer(f"Your pending order {order} will now ship to {address}.")
+        rec.turn(f"Your pending order {order} will now ship to {address}.")
         turns = [t("update_address", email=email, address=address)]
         reward = ["call_match", "state_match"]
     elif kind == "shipped_total":
         (cust,) = rec.step(("find_customer", {"email": email}))
         (orders,) = rec.step(("list_orders", {"customer_id": cust["customer_id"]}))
         shipped = next(o for o in orders if o["status"] == "shipped")
-        rec.answer(
+        rec.turn(
             f"Your shipped order is {shipped['order_id']}, total {_money(shipped['total'])}.",
             [shipped["order_id"], _money(shipped["total"])],
         )
@@ -535,7 +535,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (details,) = rec.step(("get_order", {"order_id": order}))
         product = next(it["product_id"] for it in details["items"] if it["name"] == product_name)
         (res,) = rec.step(("return_item", {"order_id": order, "product_id": product}))
-        rec.answer(
+        rec.turn(
             f"The {product_name} from order {order} is returned; {_money(res['refund'])} will be refunded.",
             [_money(res["refund"])],
         )
@@ -544,7 +544,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     elif kind == "two_orders":
         a, b = rng.sample(sorted(state["orders"]), 2)
         ra, rb = rec.step(("get_order", {"order_id": a}), ("get_order", {"order_id": b}))
-        rec.answer(
+        rec.turn(
             f"{a}: {ra['status']}, total {_money(ra['total'])}; {b}: {rb['status']}, total {_money(rb['total'])}.",
             [_money(ra["total"]), _money(rb["total"])],
         )
@@ -556,7 +556,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         results = rec.step(*[("get_product", {"product_id": pid}) for pid in ids])
         cheapest = min(results, key=lambda r: r["price"])
         listing = "; ".join(f"{r['product_id']} ({r['name']}) costs {_money(r['price'])}" for r in results)
-        rec.answer(
+        rec.turn(
             f"{listing}. The cheapest is {cheapest['product_id']}.",
             [*(_money(r["price"]) for r in results), cheapest["product_id"]],
         )
@@ -566,12 +566,12 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (cust,) = rec.step(("find_customer", {"email": email}))
         (orders,) = rec.step(("list_orders", {"customer_id": cust["customer_id"]}))
         pending = next(o for o in orders if o["status"] == "pending")
-        rec.answer(
+        rec.turn(
             f"Yes: order {pending['order_id']} is pending, total {_money(pending['total'])}.",
             [pending["order_id"], _money(pending["total"])],
         )
         (res,) = rec.step(("cancel_order", {"order_id": pending["order_id"], "reason": reason}))
-        rec.answer(
+        rec.turn(
             f"Order {pending['order_id']} is cancelled; {_money(res['refund'])} will be refunded.",
             [_money(res["refund"])],
         )
@@ -581,19 +581,19 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         order = rng.choice(sorted(state["orders"]))
         (details,) = rec.step(("get_order", {"order_id": order}))
         names = [it["name"] for it in details["items"]]
-        rec.answer(f"Order {order} contains: {_join(names)}.", names)
+        rec.turn(f"Order {order} contains: {_join(names)}.", names)
         item = rng.choice(details["items"])
         (res,) = rec.step(("get_product", {"product_id": item["product_id"]}))
-        rec.answer(f"{res['stock']} units of the {res['name']} are in stock.", [str(res["stock"])])
+        rec.turn(f"{res['stock']} units of the {res['name']} are in stock.", [str(res["stock"])])
         turns = [t("followup_stock", order=order), t("followup_stock_2", product=item["name"])]
     elif kind == "no_tool_echo":
         order = rng.choice(sorted(state["orders"]))
-        rec.answer(f"Your order number is {order}.", [order])
+        rec.turn(f"Your order number is {order}.", [order])
         turns = [t("no_tool_echo", order=order)]
     elif kind == "no_tool_math":
         qty, price = rng.randint(2, 9), _cents(rng.uniform(3, 120))
         total = _money(_cents(qty * price))
-        rec.answer(f"{qty} x {_money(price)} = {total}.", [total])
+        rec.turn(f"{qty} x {_money(price)} = {total}.", [total])
         turns = [t("no_tool_math", qty=qty, price=_money(price))]
     elif kind == "conditional_address":
         order = rng.choice(sorted(state["orders"]))
@@ -601,9 +601,9 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (res,) = rec.step(("get_order", {"order_id": order}))
         if res["status"] == "pending":
             rec.step(("update_shipping_address", {"order_id": order, "address": address}))
-            rec.answer(f"Order {order} was pending, so it will now ship to {address}.")
+            rec.turn(f"Order {order} was pending, so it will now ship to {address}.")
         else:
-            rec.answer(f"Order {order} is {res['status']}, so its address can no longer be changed.", [res["status"]])
+            rec.turn(f"Order {order} is {res['status']}, so its address can no longer be changed.", [res["status"]])
         turns = [t("conditional_address", order=order, address=address)]
         reward = WRITE
     else:  # pragma: no cover - _KINDS and this switch are kept in step

@@ -663,7 +663,7 @@ def _k_list_day(c: _Ctx) -> _Built:
     day = c.rng.choice(c.world.dates)
     rec = c.recorder()
     (events,) = rec.step(("list_events", {"date": day}))
-    rec.answer(f"On {day} you have: {_events_text(events)}.", [e["title"] for e in events])
+    rec.turn(f"On {day} you have: {_events_text(events)}.", [e["title"] for e in events])
     return rec, [c.t("list_day", date=day)], READ
 
 
@@ -674,7 +674,7 @@ def _k_add_event(c: _Ctx) -> _Built:
     args = {"title": title, "date": day, "start": _clock(start), "end": _clock(start + duration)}
     rec = c.recorder()
     (ev,) = rec.step(("create_event", args))
-    rec.answer(f'Added "{title}" on {day}, {ev["start"]}-{ev["end"]} (event {ev["event_id"]}).')
+    rec.turn(f'Added "{title}" on {day}, {ev["start"]}-{ev["end"]} (event {ev["event_id"]}).')
     return rec, [c.t("add_event", **args)], WRITE
 
 
@@ -683,7 +683,7 @@ def _k_booking_lookup(c: _Ctx) -> _Built:
     rec = c.recorder()
     (b,) = rec.step(("get_booking", {"booking_id": bid}))
     f = b["flight"]
-    rec.answer(
+    rec.turn(
         f"Booking {bid} ({b['status']}) is on flight {f['flight_id']} from {f['origin']} to "
         f"{f['destination']}, departing {f['date']} at {f['depart']}.",
         [f["flight_id"], f["depart"]],
@@ -702,7 +702,7 @@ def _k_book_by(criterion: str) -> Callable[[_Ctx], _Built]:
         (flights,) = rec.step(("search_flights", {"origin": origin, "destination": destination, "date": day}))
         best = pick(flights)
         (bk,) = rec.step(("book_flight", {"flight_id": best["flight_id"], "passenger": name}))
-        rec.answer(
+        rec.turn(
             f"Booked {best['flight_id']} ({best['depart']}-{best['arrive']}, {best['price']} EUR) for {name}; "
             f"booking reference {bk['booking_id']}.",
             [bk["booking_id"]],
@@ -722,7 +722,7 @@ def _k_cancel_booking(c: _Ctx) -> _Built:
     (mine,) = rec.step(("find_bookings", {"passenger": b["passenger"]}))
     target = next(x["booking_id"] for x in mine if x["destination"] == destination)
     (res,) = rec.step(("cancel_booking", {"booking_id": target}))
-    rec.answer(
+    rec.turn(
         f"Booking {target} to {destination} is cancelled; you get {res['refund']} EUR back.", [str(res["refund"])]
     )
     return rec, [c.t("cancel_booking", name=b["passenger"], destination=destination)], WRITE_REPORT
@@ -734,7 +734,7 @@ def _k_delete_event(c: _Ctx) -> _Built:
     (events,) = rec.step(("list_events", {"date": ev["date"]}))
     target = next(e["event_id"] for e in events if e["title"] == ev["title"])
     rec.step(("delete_event", {"event_id": target}))
-    rec.answer(f'Deleted "{ev["title"]}" ({target}) from {ev["date"]}.')
+    rec.turn(f'Deleted "{ev["title"]}" ({target}) from {ev["date"]}.')
     return rec, [c.t("delete_event", title=ev["title"], date=ev["date"])], WRITE
 
 
@@ -748,7 +748,7 @@ def _k_compare_routes(c: _Ctx) -> _Built:
     results = rec.step(*[("search_flights", {"origin": origin, "destination": d, "date": day}) for d in destinations])
     cheapest = [min(fs, key=lambda f: f["price"]) for fs in results]
     parts = [f"{d}: {f['price']} EUR ({f['flight_id']})" for d, f in zip(destinations, cheapest, strict=True)]
-    rec.answer(f"Cheapest fares from {origin} on {day}: " + "; ".join(parts) + ".", [str(f["price"]) for f in cheapest])
+    rec.turn(f"Cheapest fares from {origin} on {day}: " + "; ".join(parts) + ".", [str(f["price"]) for f in cheapest])
     return rec, [c.t("compare_routes", origin=origin, destinations=_join(destinations), date=day)], READ
 
 
@@ -756,7 +756,7 @@ def _k_two_days(c: _Ctx) -> _Built:
     days = sorted(c.rng.sample(c.world.dates, c.rng.choice([2, 2, 3])))
     rec = c.recorder()
     results = rec.step(*[("list_events", {"date": d}) for d in days])
-    rec.answer(
+    rec.turn(
         " ".join(f"{d}: {_events_text(evs)}." for d, evs in zip(days, results, strict=True)),
         [e["title"] for evs in results for e in evs],
     )
@@ -769,13 +769,13 @@ def _k_followup_book(c: _Ctx) -> _Built:
     rec = c.recorder()
     (flights,) = rec.step(("search_flights", {"origin": origin, "destination": destination, "date": day}))
     best = min(flights, key=lambda f: f["price"])
-    rec.answer(
+    rec.turn(
         f"The cheapest is {best['flight_id']} ({best['airline']}), departing {best['depart']}, for "
         f"{best['price']} EUR.",
         [best["flight_id"], str(best["price"])],
     )
     (bk,) = rec.step(("book_flight", {"flight_id": best["flight_id"], "passenger": name}))
-    rec.answer(f"Booked {best['flight_id']} for {name}: booking reference {bk['booking_id']}.", [bk["booking_id"]])
+    rec.turn(f"Booked {best['flight_id']} for {name}: booking reference {bk['booking_id']}.", [bk["booking_id"]])
     turns = [c.t("followup_book", origin=origin, destination=destination, date=day), c.t("followup_book_2", name=name)]
     return rec, turns, WRITE_REPORT
 
@@ -786,10 +786,10 @@ def _k_followup_calendar(c: _Ctx) -> _Built:
     start = _free_slot(c.rng, c.state, day, duration)
     rec = c.recorder()
     (events,) = rec.step(("list_events", {"date": day}))
-    rec.answer(f"On {day} you have: {_events_text(events)}.", [e["title"] for e in events])
+    rec.turn(f"On {day} you have: {_events_text(events)}.", [e["title"] for e in events])
     args = {"title": title, "date": day, "start": _clock(start), "end": _clock(start + duration)}
     (ev,) = rec.step(("create_event", args))
-    rec.answer(f'Added "{title}" on {day}, {ev["start"]}-{ev["end"]} ({ev["event_id"]}).')
+    rec.turn(f'Added "{title}" on {day}, {ev["start"]}-{ev["end"]} ({ev["event_id"]}).')
     turns = [
         c.t("followup_calendar", date=day),
         c.t("followup_calendar_2", title=title, start=args["start"], end=args["end"]),
@@ -802,7 +802,7 @@ def _k_no_tool(c: _Ctx) -> _Built:
     ref = f"BK-{c.rng.randint(10000, 99999)}"
     city = c.rng.choice(c.world.cities)
     rec = c.recorder()
-    rec.answer(f"Your {city} booking reference is {ref}.", [ref])
+    rec.turn(f"Your {city} booking reference is {ref}.", [ref])
     return rec, [c.t("no_tool", city=city, ref=ref)], READ
 
 
@@ -830,7 +830,7 @@ def _k_book_and_calendar(c: _Ctx) -> _Built:
         ("book_flight", {"flight_id": cheapest["flight_id"], "passenger": name}),
         ("create_event", {"title": title, "date": day, "start": cheapest["depart"], "end": cheapest["arrive"]}),
     )
-    rec.answer(
+    rec.turn(
         f"Booked {cheapest['flight_id']} for {name} (reference {bk['booking_id']}, {cheapest['price']} EUR) "
         f'and added "{title}" {ev["start"]}-{ev["end"]} on {day}.',
         [bk["booking_id"]],
@@ -854,7 +854,7 @@ def _k_reschedule(c: _Ctx) -> _Built:
             {"title": ev["title"], "date": ev["date"], "start": _clock(start), "end": _clock(start + duration)},
         )
     )
-    rec.answer(f'"{ev["title"]}" on {ev["date"]} now runs {new["start"]}-{new["end"]} ({new["event_id"]}).')
+    rec.turn(f'"{ev["title"]}" on {ev["date"]} now runs {new["start"]}-{new["end"]} ({new["event_id"]}).')
     return rec, [c.t("reschedule", title=ev["title"], date=ev["date"], start=_clock(start))], WRITE
 
 
