@@ -2,7 +2,7 @@
 
 import pytest
 
-from envace_gym import PythonBackend, ReferenceCallError, ReferenceRecorder, RefTurn, Toolkit, ToolCall, tool
+from envace_gym import PythonBackend, ReferenceCallError, ReferenceRecorder, RefTurn, ToolCall, Toolkit, tool
 
 
 class Counter(Toolkit):

@@ -303,9 +303,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
         (bal,) = rec.step(("get_balance", {"account_id": src}))
         half = round(bal["balance"] / 2, 2)
         (res,) = rec.step(("transfer", {"from_account": src, "to_account": dst, "amount": half}))
-        rec.turn(
-            f"Moved {_money(half)} to savings; checking now holds {_money(res['from_balance'])}.", [_money(half)]
-        )
+        rec.turn(f"Moved {_money(half)} to savings; checking now holds {_money(res['from_balance'])}.", [_money(half)])
         turns = [t("half_to_savings", name=me)]
         reward = ["call_match", "state_match", "answer_match"]
     elif kind == "convert":

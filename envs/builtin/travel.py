@@ -722,9 +722,7 @@ def _k_cancel_booking(c: _Ctx) -> _Built:
     (mine,) = rec.step(("find_bookings", {"passenger": b["passenger"]}))
     target = next(x["booking_id"] for x in mine if x["destination"] == destination)
     (res,) = rec.step(("cancel_booking", {"booking_id": target}))
-    rec.turn(
-        f"Booking {target} to {destination} is cancelled; you get {res['refund']} EUR back.", [str(res["refund"])]
-    )
+    rec.turn(f"Booking {target} to {destination} is cancelled; you get {res['refund']} EUR back.", [str(res["refund"])])
     return rec, [c.t("cancel_booking", name=b["passenger"], destination=destination)], WRITE_REPORT
 
 
