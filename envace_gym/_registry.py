@@ -1,44 +1,85 @@
 """Lazy name -> object registries, resolved from "module:attr" strings the way Gymnasium entry points are.
 
 Only code registers names; task files and CLI flags refer to registered names, so loading a task file can
-never import an arbitrary module.
+never import an arbitrary module. Installed packages register names too, through an entry-point group
+(``envace_gym.backends``, ``envace_gym.suites``): a registry reads its group once, on its first lookup or
+listing (not when ``envace_gym`` is imported), and imports an entry point's module only when that name is
+used. A name registered in code wins over an entry point of the same name.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str) -> None:
+    """Names -> factories (a callable, a lazy ``"module:attr"`` string, or an installed package's entry point
+    from ``group``)."""
+
+    def __init__(self, kind: str, group: str | None = None) -> None:
         self.kind = kind
-        self._entries: dict[str, Callable[..., T] | str] = {}
+        self.group = group
+        self._entries: dict[str, Callable[..., T] | str | EntryPoint] = {}
+        self._group_read = group is None
+        self._from_group: set[str] = set()  # names whose entry is an entry point (loaded or not)
 
     def register(self, name: str, entry: Callable[..., T] | str, *, overwrite: bool = False) -> None:
-        if name in self._entries and not overwrite:
+        if name in self._entries and not overwrite and name not in self._from_group:
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = entry
+        self._from_group.discard(name)
+
+    def registered(self, name: str) -> bool:
+        """Whether code registered ``name`` (the entry-point group is not read)."""
+        return name in self._entries and name not in self._from_group
+
+    def _read_group(self) -> None:
+        """Add the group's entry points (once; names registered in code keep their entry)."""
+        if self._group_read:
+            return
+        self._group_read = True
+        for ep in entry_points(group=self.group):
+            if ep.name not in self._entries:
+                self._entries[ep.name] = ep
+                self._from_group.add(ep.name)
 
     def names(self) -> list[str]:
+        self._read_group()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        self._read_group()
         return name in self._entries
 
     def resolve(self, name: str) -> Callable[..., T]:
+        self._read_group()
         try:
             entry = self._entries[name]
         except KeyError:
             known = ", ".join(self.names()) or "none"
             raise KeyError(f"unknown {self.kind} {name!r}; registered: {known}") from None
-        if isinstance(entry, str):
+        if isinstance(entry, EntryPoint):
+            entry = self._load_entry_point(name, entry)
+            self._entries[name] = entry
+        elif isinstance(entry, str):
             entry = self._import(entry)
             self._entries[name] = entry
         return entry
+
+    def _load_entry_point(self, name: str, ep: EntryPoint) -> Callable[..., T]:
+        try:
+            return ep.load()
+        except Exception as exc:  # the package's own bug: one line that names the package and the entry point
+            dist = f" of package {ep.dist.name}" if ep.dist else ""
+            raise ValueError(
+                f"{self.kind} {name!r} (entry point {ep.value!r}{dist}, group {self.group}) cannot be loaded: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
     @staticmethod
     def _import(path: str) -> Any:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from .backends import backend_names, register_backend
-from .suites import register_suite, register_suite_family, suite_names
+from .backends import backend_registered, register_backend
+from .suites import register_suite, register_suite_family, suite_registered
 
 __all__ = ["BUILTIN_DOMAINS", "ENV_IDS", "VECTOR_ENTRY_POINTS", "register_all"]
 
@@ -29,12 +29,13 @@ VECTOR_ENTRY_POINTS = {"EnvACE-ToolCall-v0": "envace_gym.vector:make_vector"}
 
 def register_all() -> None:
     """Register the builtin suites and backends, the benchmark suite families and the env ids (idempotent)."""
-    if "builtin" not in suite_names():
+    # *_registered: no entry point of an installed package is read here (at `import envace_gym`).
+    if not suite_registered("builtin"):
         register_suite("builtin", "envace_gym.envs.builtin:load_mix")
     for domain in BUILTIN_DOMAINS:
-        if f"builtin/{domain}" not in suite_names():
+        if not suite_registered(f"builtin/{domain}"):
             register_suite(f"builtin/{domain}", f"envace_gym.envs.builtin:load_{domain}")
-        if f"builtin/{domain}" not in backend_names():
+        if not backend_registered(f"builtin/{domain}"):
             register_backend(f"builtin/{domain}", f"envace_gym.envs.builtin.{domain}:make_backend")
     # Public benchmarks: their suites are bfcl/<category> and tau2/<domain>.
     register_suite_family("bfcl", "envace_gym.envs.bfcl.categories:CATEGORIES", "envace_gym.envs.bfcl:load_suite")

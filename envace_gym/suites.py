@@ -1,6 +1,8 @@
 """The task-suite registry: names such as ``builtin`` or ``builtin/retail`` resolve to a TaskSuite.
 
-A suite may also be given as a path to a ``.jsonl`` task file.
+A suite may also be given as a path to a ``.jsonl`` task file. An installed package can add suites through
+the entry-point group ``envace_gym.suites`` (``name = "module:loader"``, a zero-argument callable returning
+a :class:`TaskSuite`), read on the first lookup or listing.
 """
 
 from __future__ import annotations
@@ -12,9 +14,18 @@ from pathlib import Path
 from ._registry import Registry
 from .tasks import TaskSuite
 
-__all__ = ["register_suite", "register_suite_family", "load_suite", "suite_names"]
+__all__ = [
+    "SUITE_ENTRY_POINTS",
+    "register_suite",
+    "register_suite_family",
+    "load_suite",
+    "suite_names",
+    "suite_registered",
+]
 
-_SUITES: Registry[TaskSuite] = Registry("suite")
+#: Entry-point group of installed packages' suites: ``name = "module:loader"`` (a zero-argument loader).
+SUITE_ENTRY_POINTS = "envace_gym.suites"
+_SUITES: Registry[TaskSuite] = Registry("suite", group=SUITE_ENTRY_POINTS)
 # prefix -> (its names, a "module:attr" string or a callable; the loader of one name). Expanded on first use,
 # so registering a benchmark's family imports nothing of the benchmark.
 _FAMILIES: dict[str, tuple[str | Callable[[], list[str]], str | Callable[[str], TaskSuite]]] = {}
@@ -47,8 +58,14 @@ def _expand_families() -> None:
 
 
 def suite_names() -> list[str]:
+    """Every suite name: registered, of the registered families and of installed packages' entry points."""
     _expand_families()
     return _SUITES.names()
+
+
+def suite_registered(name: str) -> bool:
+    """Whether code registered ``name`` (neither families nor entry points are read: no import cost)."""
+    return _SUITES.registered(name)
 
 
 @cache

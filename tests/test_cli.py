@@ -8,7 +8,7 @@ from envace_gym.agents.demo import DemoConfig
 from envace_gym.agents.train.sft import SFTConfig
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.cli import command_module, command_parser, main, parse
-from envace_gym.cli.common import BackendArgs, RunArgs, SamplingArgs, adjust_parser, flag_dests
+from envace_gym.cli.common import BackendArgs, ImportArgs, RunArgs, SamplingArgs, adjust_parser, flag_dests
 from envace_gym.cli.sft import SFTArgs, SFTEnvArgs
 from envace_gym.suites import load_suite
 
@@ -144,7 +144,7 @@ def test_every_flag_is_a_config_field_and_every_field_a_flag(command):
 def test_sft_and_demo_flags_are_their_config_fields():
     sft_dests = set(flag_dests(command_parser("sft")).values())
     assert fields_of(SFTConfig) <= sft_dests  # every training-run setting is a flag...
-    shared = fields_of(SFTEnvArgs, BackendArgs, SFTArgs, RunArgs, SamplingArgs)
+    shared = fields_of(SFTEnvArgs, BackendArgs, SFTArgs, RunArgs, SamplingArgs, ImportArgs)
     assert sft_dests == fields_of(SFTConfig) | shared  # ...and nothing else than the shared and CLI-only ones
     assert fields_of(SFTArgs) == {"out", "policy", "roles"}
     assert set(flag_dests(command_parser("demo")).values()) == fields_of(DemoConfig)  # exactly DemoConfig
@@ -154,7 +154,7 @@ def test_flag_values_reach_the_configs_without_running():
     module, configs = parse(
         ["sft", "--out", "o", "--lr", "0.001", "--minutes", "2", "--seed", "7", "--lora", "--no-shared-head"]
     )
-    env, backend, args, cfg, run_args, sampling = configs
+    env, backend, args, cfg, run_args, sampling, imports = configs
     assert module.__name__ == "envace_gym.cli.sft" and isinstance(cfg, SFTConfig)
     assert (cfg.lr, cfg.minutes, cfg.steps, cfg.lora, cfg.shared_head, cfg.bf16) == (
         0.001,
@@ -173,7 +173,7 @@ def test_flag_values_reach_the_configs_without_running():
         "real",
     )
     assert cfg == SFTConfig(lr=0.001, minutes=2, seed=7, lora=True, shared_head=False)  # the rest: SFTConfig's defaults
-    _, (_, _, args, cfg, _, _) = parse(
+    _, (_, _, args, cfg, _, _, _) = parse(
         ["sft", "--out", "o", "--steps", "3", "--bf16", "false", "--roles", "actor,env_role"]
     )
     assert (cfg.steps, cfg.bf16, args.role_list) == (3, False, ["actor", "env_role"])
@@ -185,7 +185,7 @@ def test_flag_values_reach_the_configs_without_running():
 
 
 def test_command_defaults_and_shared_flags():
-    _, (env, backend, args, run_args, sampling) = parse(["eval"])
+    _, (env, backend, args, run_args, sampling, imports) = parse(["eval"])
     assert (env.env, env.split, env.max_turns, backend.backend, args.policy, args.episodes, args.batch_size) == (
         "EnvACE-ToolCall-v0",
         "test",
@@ -196,7 +196,8 @@ def test_command_defaults_and_shared_flags():
         8,
     )
     assert (run_args.seed, run_args.json, run_args.no_progress, sampling.max_new_tokens) == (0, False, False, 96)
-    _, (env, backend, args, run_args, sampling) = parse(
+    assert imports == ImportArgs(imports=[])
+    _, (env, backend, args, run_args, sampling, _) = parse(
         [
             "eval",
             "--max-turns",
@@ -219,9 +220,9 @@ def test_command_defaults_and_shared_flags():
         True,
     )
     assert backend.spec == BackendSpec("replay", "x.jsonl")
-    _, (_, _, _, run_args, _) = parse(["eval", "--json", "false"])
+    _, (_, _, _, run_args, _, _) = parse(["eval", "--json", "false"])
     assert run_args.json is False
-    _, (env, args, run_args, sampling) = parse(["fidelity"])
+    _, (env, args, run_args, sampling, _) = parse(["fidelity"])
     assert (args.policy, args.episodes, args.grounding, args.backend_list, sampling.max_new_tokens) == (
         "default",
         20,
@@ -229,7 +230,7 @@ def test_command_defaults_and_shared_flags():
         ["self", "self-inline"],
         160,
     )
-    _, (_, args, _, _) = parse(["fidelity", "--simulator", "tiny", "--grounding", "none"])
+    _, (_, args, _, _, _) = parse(["fidelity", "--simulator", "tiny", "--grounding", "none"])
     assert args.backend_list == ["self", "self-inline", "simulator"] and args.grounding == "none"
 
 
@@ -321,10 +322,10 @@ def test_train_flags_are_envace_config_fields_and_reach_it():
     from envace_gym.cli.train_cmd import TrainArgs, TrainEnvArgs
 
     dests = set(flag_dests(command_parser("train")).values())
-    assert dests == fields_of(TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs)
+    assert dests == fields_of(TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs, ImportArgs)
     argv = ["train", "--out", "o", "--backend", "simulator", "--simulator", "tiny", "--no-train-env-role"]
     argv += ["--steps", "7", "--group-size", "3", "--tasks-per-step", "5", "--lr", "1e-5", "--lora", "--seed", "4"]
-    _, (env, args, cfg, run_args) = parse(argv)
+    _, (env, args, cfg, run_args, _) = parse(argv)
     assert (cfg.backend, cfg.simulator, cfg.train_env_role, cfg.steps, cfg.group_size) == (
         "simulator",
         "tiny",
@@ -334,7 +335,7 @@ def test_train_flags_are_envace_config_fields_and_reach_it():
     )
     assert (cfg.tasks_per_step, cfg.lr, cfg.lora, cfg.seed, run_args.seed) == (5, 1e-5, True, 4, 4)
     assert env.split == "train" and args.out == "o" and not args.resume
-    _, (_, _, cfg, _) = parse(["train", "--out", "o", "--real-fraction", "0.25"])
+    _, (_, _, cfg, _, _) = parse(["train", "--out", "o", "--real-fraction", "0.25"])
     assert cfg.backend == "self" and cfg.real_fraction == 0.25
 
 
@@ -362,7 +363,7 @@ def test_train_config_file_then_the_flags_main_was_given(tmp_path, monkeypatch):
         main([*argv, "--lr", "1e-5", "--backend", "self", "--train-env-role"])
     cfg = seen["cfg"]
     assert (cfg.lr, cfg.backend, cfg.train_env_role, cfg.steps) == (1e-5, "self", True, 3)
-    _, (_, _, cfg, _) = parse(argv)  # the file alone: its keys over the dataclass defaults
+    _, (_, _, cfg, _, _) = parse(argv)  # the file alone: its keys over the dataclass defaults
     assert (cfg.lr, cfg.backend, cfg.train_env_role, cfg.steps, cfg.group_size) == (2e-5, "real", False, 3, 4)
     path.write_text("lr = 2e-5\nlearning_rate = 1.0\n")
     with pytest.raises(ValueError, match="learning_rate"):

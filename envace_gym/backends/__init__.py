@@ -1,6 +1,8 @@
 """Tool backends: the :class:`Backend` protocol, real Python backends, and the backend registry.
 
-Tasks name their backend by a registered name (``"builtin/retail"``); :func:`make_backend` builds it.
+Tasks name their backend by a registered name (``"builtin/retail"``); :func:`make_backend` builds it. An
+installed package can add names through the entry-point group ``envace_gym.backends`` (``name =
+"module:factory"``), read on the first lookup or listing.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ __all__ = [
     "register_backend",
     "make_backend",
     "backend_names",
+    "backend_registered",
+    "BACKEND_ENTRY_POINTS",
     "CALL_KINDS",
     "CallLedger",
     "LEDGER",
@@ -41,7 +45,9 @@ __all__ = [
     "is_self_accounting",
 ]
 
-_BACKENDS: Registry[Backend] = Registry("backend")
+#: Entry-point group of installed packages' backends: ``name = "module:factory"`` (called like a registered factory).
+BACKEND_ENTRY_POINTS = "envace_gym.backends"
+_BACKENDS: Registry[Backend] = Registry("backend", group=BACKEND_ENTRY_POINTS)
 
 
 def register_backend(name: str, factory: Callable[..., Backend] | str, *, overwrite: bool = False) -> None:
@@ -55,4 +61,10 @@ def make_backend(name: str, **kwargs: Any) -> Backend:
 
 
 def backend_names() -> list[str]:
+    """Every registered backend name, those of installed packages' entry points included."""
     return _BACKENDS.names()
+
+
+def backend_registered(name: str) -> bool:
+    """Whether code registered ``name`` (installed packages' entry points are not read: no import cost)."""
+    return _BACKENDS.registered(name)

@@ -11,7 +11,9 @@ Configs drive the CLI. A command is a module here with
   help text, ``metadata={"aliases": [...]}`` adds spellings; bools take no value); defaults and checks live
   in the dataclass (``__post_init__`` raises ``ValueError`` with a one-line message). Flags shared by
   several commands are declared once in :mod:`.common` (``EnvArgs``, ``BackendArgs``, ``RunArgs``,
-  ``SamplingArgs``); a field in two of a command's dataclasses is one flag filling both;
+  ``SamplingArgs``, ``ImportArgs``); a field in two of a command's dataclasses is one flag filling both.
+  A command that lists ``ImportArgs`` takes ``--import MODULE``: :func:`parse` imports the modules right
+  after reading the flags and before any config check, so the names they register pass those checks;
 * ``run(*configs) -> int``: called with one instance of each of ``CONFIGS``, in order; returns the exit
   status;
 * optionally ``file_defaults(ns) -> dict``: flag defaults read from a file the parsed flags name (``envace
@@ -39,7 +41,7 @@ from types import ModuleType
 from typing import Any
 
 from ..tasks import TaskFormatError
-from .common import UserError, adjust_parser, configs_from_namespace
+from .common import UserError, adjust_parser, configs_from_namespace, import_user_modules
 
 __all__ = ["COMMANDS", "build_parser", "command_parser", "main", "parse"]
 
@@ -89,11 +91,13 @@ def command_parser(name: str) -> argparse.ArgumentParser:
 
 def parse(argv: Sequence[str]) -> tuple[ModuleType, tuple[Any, ...]]:
     """The command module of ``argv`` and its configs (a bad flag exits with status 2, as argparse does; a
-    failed config check raises ``ValueError``). Nothing runs."""
+    failed config check raises ``ValueError``). Nothing runs but the ``--import`` modules, imported before
+    the file defaults are read and the configs checked."""
     argv = list(argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser([command] if command else [])
     ns = parser.parse_args(argv)
+    import_user_modules(getattr(ns, "imports", ()))
     module = command_module(ns.command)
     file_defaults = getattr(module, "file_defaults", None)
     defaults = file_defaults(ns) if file_defaults else None

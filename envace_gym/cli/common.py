@@ -1,7 +1,8 @@
 """What the commands share: the flags declared once (as dataclasses) and the helpers that act on them.
 
-``EnvArgs`` (which env and tasks), ``BackendArgs`` (who answers tool calls), ``RunArgs`` (seed, output) and
-``SamplingArgs`` (how an LM policy samples) are each declared here once; a command lists the ones it takes
+``EnvArgs`` (which env and tasks), ``BackendArgs`` (who answers tool calls), ``RunArgs`` (seed, output),
+``SamplingArgs`` (how an LM policy samples) and ``ImportArgs`` (user modules to import first) are each
+declared here once; a command lists the ones it takes
 in its ``CONFIGS``. Every field carries its help text in ``metadata["help"]`` and its checks in
 ``__post_init__`` (a ``ValueError`` with a one-line message, reported as ``envace: error: ...``).
 """
@@ -9,7 +10,11 @@ in its ``CONFIGS``. Every field carries its help text in ``metadata["help"]`` an
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import os
+import sys
 from argparse import SUPPRESS, ArgumentParser, Namespace, _StoreFalseAction
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_type_hints
 
@@ -27,6 +32,7 @@ if TYPE_CHECKING:  # the agents load torch: imported where a command runs
 __all__ = [
     "BackendArgs",
     "EnvArgs",
+    "ImportArgs",
     "RunArgs",
     "SamplingArgs",
     "TrainEnvArgs",
@@ -35,6 +41,7 @@ __all__ = [
     "check_lm_policy",
     "configs_from_namespace",
     "env_ids",
+    "import_user_modules",
     "is_lm_spec",
     "load_lm",
     "make_imaginer",
@@ -185,6 +192,46 @@ class SamplingArgs:
         return SamplingConfig(
             temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens, seed=seed
         )
+
+
+@dataclass
+class ImportArgs:
+    """User code that registers backends, suites or env ids: imported before the other flags are checked."""
+
+    _argument_group_name = "user code"
+
+    imports: list[str] = field(
+        default_factory=list,
+        metadata={
+            "aliases": ["--import"],
+            "action": "extend",  # --import a --import b, and --import a b
+            "metavar": "MODULE",
+            "help": "import MODULE first (repeatable), from the current directory or sys.path: its "
+            "register_backend / register_suite calls make those names usable in the other flags",
+        },
+    )
+
+
+def import_user_modules(names: Sequence[str]) -> None:
+    """Import each of ``names`` (``--import``), with the current directory first on ``sys.path`` as ``python
+    -m`` has it. A missing module or one that raises is a :class:`UserError` (one line)."""
+    if not names:
+        return
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    importlib.invalidate_caches()  # a module file written since the last import (tests, notebooks)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (name == exc.name or name.startswith(f"{exc.name}.")):  # the module itself
+                raise UserError(
+                    f"--import {name}: no module named {exc.name!r} in the current directory ({cwd}) or on sys.path"
+                ) from None
+            raise UserError(f"cannot import {name}: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # the module's own error, in one line
+            raise UserError(f"cannot import {name}: {type(exc).__name__}: {exc}") from exc
 
 
 # ------------------------------------------------------------------------------------- dataclass <-> flags

@@ -14,6 +14,7 @@ from .common import (
     LM_POLICY_USAGE,
     BackendArgs,
     EnvArgs,
+    ImportArgs,
     RunArgs,
     SamplingArgs,
     is_lm_spec,
@@ -95,10 +96,17 @@ class EvalArgs:
         )
 
 
-CONFIGS = (EnvArgs, BackendArgs, EvalArgs, RunArgs, SamplingArgs)
+CONFIGS = (EnvArgs, BackendArgs, EvalArgs, RunArgs, SamplingArgs, ImportArgs)
 
 
-def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: RunArgs, sampling: SamplingArgs) -> int:
+def run(
+    env_args: EnvArgs,
+    backend_args: BackendArgs,
+    args: EvalArgs,
+    run_args: RunArgs,
+    sampling: SamplingArgs,
+    imports: ImportArgs,  # imported by cli.parse
+) -> int:
     from envace_gym.agents.eval.evaluate import evaluate
     from envace_gym.agents.scripted import SCRIPTED_POLICIES, make_scripted_policy
 

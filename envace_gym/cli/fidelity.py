@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..backends.spec import IMAGINED_KINDS, parse_backend_spec
-from .common import LM_POLICY_USAGE, EnvArgs, RunArgs, SamplingArgs, check_lm_policy, load_lm
+from .common import LM_POLICY_USAGE, EnvArgs, ImportArgs, RunArgs, SamplingArgs, check_lm_policy, load_lm
 
 __all__ = ["CONFIGS", "FidelityArgs", "FidelitySamplingArgs", "run"]
 
@@ -63,10 +63,12 @@ class FidelitySamplingArgs(SamplingArgs):
     max_new_tokens: int = field(default=160, metadata={"help": "tokens generated per imagined result at most"})
 
 
-CONFIGS = (EnvArgs, FidelityArgs, RunArgs, FidelitySamplingArgs)
+CONFIGS = (EnvArgs, FidelityArgs, RunArgs, FidelitySamplingArgs, ImportArgs)
 
 
-def run(env_args: EnvArgs, args: FidelityArgs, run_args: RunArgs, sampling: FidelitySamplingArgs) -> int:
+def run(
+    env_args: EnvArgs, args: FidelityArgs, run_args: RunArgs, sampling: FidelitySamplingArgs, imports: ImportArgs
+) -> int:
     from envace_gym.agents.eval.fidelity import fidelity_report, fidelity_table, save_report
 
     policy = load_lm(args.policy, sampling, run_args.seed)

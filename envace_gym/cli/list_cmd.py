@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..suites import load_suite, suite_names
-from .common import env_ids
+from .common import ImportArgs, env_ids
 
 __all__ = ["CONFIGS", "ListArgs", "run"]
 
@@ -16,10 +16,10 @@ class ListArgs:
     json: bool = field(default=False, metadata={"help": "print one JSON object"})
 
 
-CONFIGS = (ListArgs,)
+CONFIGS = (ListArgs, ImportArgs)
 
 
-def run(args: ListArgs) -> int:
+def run(args: ListArgs, imports: ImportArgs) -> int:  # imports: done by cli.parse
     from rich.console import Console
     from rich.table import Table
 

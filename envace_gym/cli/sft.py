@@ -16,6 +16,7 @@ from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
 from .common import (
     LM_POLICY_USAGE,
     BackendArgs,
+    ImportArgs,
     RunArgs,
     SamplingArgs,
     TrainEnvArgs,
@@ -52,7 +53,7 @@ class SFTArgs:
         return [r.strip() for r in self.roles.split(",") if r.strip()]
 
 
-CONFIGS = (SFTEnvArgs, BackendArgs, SFTArgs, SFTConfig, RunArgs, SamplingArgs)
+CONFIGS = (SFTEnvArgs, BackendArgs, SFTArgs, SFTConfig, RunArgs, SamplingArgs, ImportArgs)
 
 
 def run(
@@ -62,6 +63,7 @@ def run(
     cfg: SFTConfig,
     run_args: RunArgs,
     sampling: SamplingArgs,
+    imports: ImportArgs,  # imported by cli.parse
 ) -> int:
     if backend_args.backend != "real":
         raise ValueError(

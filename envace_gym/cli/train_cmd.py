@@ -14,7 +14,7 @@ from typing import Any
 
 from envace_gym.agents.train.config import EnvACEConfig, read_config_values
 
-from .common import LM_POLICY_USAGE, RunArgs, SamplingArgs, TrainEnvArgs, check_lm_policy, load_lm
+from .common import LM_POLICY_USAGE, ImportArgs, RunArgs, SamplingArgs, TrainEnvArgs, check_lm_policy, load_lm
 
 __all__ = ["CONFIGS", "TrainArgs", "TrainEnvArgs", "file_defaults", "run"]
 
@@ -39,7 +39,7 @@ class TrainArgs:
             raise ValueError(f"--engine must be hf or vllm, got {self.engine!r}")
 
 
-CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs)
+CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs, ImportArgs)
 
 
 def file_defaults(ns: Namespace) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def file_defaults(ns: Namespace) -> dict[str, Any]:
     return read_config_values(ns.config) if ns.config else {}
 
 
-def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: RunArgs) -> int:
+def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: RunArgs, imports: ImportArgs) -> int:
     from envace_gym.agents.train.envace import EnvACETrainer
 
     sampling = SamplingArgs(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
