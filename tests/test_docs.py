@@ -1,8 +1,10 @@
 """Every ```python block of README.md and docs/*.md runs as written.
 
 Each block runs alone, in a fresh interpreter whose working folder is an empty temporary one, so a block
-must be self-contained (its own imports, no file it does not write) and cannot lean on an earlier block.
-Blocks of other languages (```bash, ```text, ...) are shown, not run.
+must be self-contained (its own imports, no file it does not write) and cannot lean on an earlier block,
+with one exception: a block whose first line is ``# file: NAME`` is a file the page tells the reader to
+save (the tutorial's ``library_tools.py``); it runs alone too, and the page's later blocks find it in
+their working folder as NAME. Blocks of other languages (```bash, ```text, ...) are shown, not run.
 """
 
 import os
@@ -17,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # A fence at the start of a line, its language, then everything up to the closing fence.
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+# A block that is a file the page has the reader save: `# file: library_tools.py` on its first line.
+FILE_MARKER = re.compile(r"# file: (\S+)\n")
 # The slowest blocks take about a minute on 2 quiet cores; this bounds a hang, not speed (a loaded machine
 # can be many times slower).
 BLOCK_TIMEOUT_S = 1800
@@ -26,6 +30,16 @@ def python_blocks(path: Path) -> list[tuple[int, str]]:
     """(first line number, code) of each ```python block of a Markdown file."""
     text = path.read_text()
     return [(text.count("\n", 0, m.start()) + 2, m.group(1)) for m in PYTHON_BLOCK.finditer(text)]
+
+
+def saved_files(path: Path, before: int) -> dict[str, str]:
+    """NAME -> code of the page's ``# file: NAME`` blocks that start before line ``before``."""
+    files = {}
+    for line, code in python_blocks(path):
+        match = FILE_MARKER.match(code)
+        if match and line < before:
+            files[match.group(1)] = code
+    return files
 
 
 BLOCKS = [(path, line, code) for path in DOC_FILES for line, code in python_blocks(path)]
@@ -44,6 +58,8 @@ def test_python_block_runs_as_written(path, line, code, tmp_path):
     script = tmp_path / "block.py"
     # Blank lines up to the block's start, so a traceback's line number is the Markdown file's.
     script.write_text("\n" * (line - 1) + code)
+    for name, saved in saved_files(path, line).items():
+        (tmp_path / name).write_text(saved)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg"}
     proc = subprocess.run(
         [sys.executable, str(script)],

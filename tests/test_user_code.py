@@ -52,23 +52,6 @@ def load_suite():
 '''
 
 
-@pytest.fixture
-def isolated(monkeypatch):
-    """Registries, sys.path and sys.modules as they were once the test ends (the names it registers go)."""
-    for registry in (backends._BACKENDS, suites._SUITES):
-        monkeypatch.setattr(registry, "_entries", dict(registry._entries))
-        monkeypatch.setattr(registry, "_group_read", registry._group_read)
-        monkeypatch.setattr(registry, "_from_group", set(registry._from_group))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    suites._load_registered.cache_clear()
-    yield monkeypatch
-    suites._load_registered.cache_clear()
-    for name in set(sys.modules) - before:
-        if name.startswith(("usermod_", "envace_fake_plugin")):
-            del sys.modules[name]
-
-
 def write_user_module(folder, module, name, register=True):
     code = USER_MODULE.replace("NAME", name)
     if register:
@@ -83,8 +66,8 @@ def cli(capsys, *argv):
 
 
 # ----------------------------------------------------------------------------------------------- --import
-def test_import_is_repeatable_and_takes_several_modules(isolated, tmp_path, capsys):
-    isolated.chdir(tmp_path)  # --import finds ./MODULE.py
+def test_import_is_repeatable_and_takes_several_modules(isolated_registries, tmp_path, capsys):
+    isolated_registries.chdir(tmp_path)  # --import finds ./MODULE.py
     for i in range(3):
         (tmp_path / f"usermod_rep{i}.py").write_text(f"import builtins\nbuiltins.usermod_rep{i} = True\n")
     _, configs = parse(["list", "--import", "usermod_rep0", "--import", "usermod_rep1", "usermod_rep2"])
@@ -94,9 +77,9 @@ def test_import_is_repeatable_and_takes_several_modules(isolated, tmp_path, caps
     assert configs[-1].imports == ["usermod_rep0"]
 
 
-def test_a_user_module_trains_and_evaluates_from_the_cli(isolated, tmp_path, capsys):
+def test_a_user_module_trains_and_evaluates_from_the_cli(isolated_registries, tmp_path, capsys):
     write_user_module(tmp_path, "usermod_train", "user/counter")
-    isolated.chdir(tmp_path)
+    isolated_registries.chdir(tmp_path)
     # Without --import the names are unknown...
     code, _, err = cli(capsys, "eval", "--suite", "user/counter", "--policy", "oracle")
     assert code == 2 and "unknown suite 'user/counter'" in err
@@ -124,8 +107,8 @@ def test_a_user_module_trains_and_evaluates_from_the_cli(isolated, tmp_path, cap
     assert code == 0 and json.loads(out)["episodes"] == 2, err
 
 
-def test_a_missing_or_failing_module_is_one_line(isolated, tmp_path, capsys):
-    isolated.chdir(tmp_path)
+def test_a_missing_or_failing_module_is_one_line(isolated_registries, tmp_path, capsys):
+    isolated_registries.chdir(tmp_path)
     code, _, err = cli(capsys, "eval", "--import", "usermod_missing", "--suite", "builtin/bank")
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("envace: error: --import usermod_missing: no module named 'usermod_missing'")
@@ -156,9 +139,9 @@ def write_fake_distribution(folder):
     )
 
 
-def test_entry_points_register_backends_and_suites_lazily(isolated, tmp_path, capsys):
+def test_entry_points_register_backends_and_suites_lazily(isolated_registries, tmp_path, capsys):
     write_fake_distribution(tmp_path)
-    isolated.syspath_prepend(str(tmp_path))
+    isolated_registries.syspath_prepend(str(tmp_path))
     for registry in (backends._BACKENDS, suites._SUITES):
         registry._group_read = False  # as in a fresh process (the fixture restores it)
     assert "fake/counter" in backend_names() and {"fake/counter", "fake/broken"} <= set(suite_names())
