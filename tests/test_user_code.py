@@ -112,6 +112,8 @@ def test_a_missing_or_failing_module_is_one_line(isolated_registries, tmp_path, 
     code, _, err = cli(capsys, "eval", "--import", "usermod_missing", "--suite", "builtin/bank")
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("envace: error: --import usermod_missing: no module named 'usermod_missing'")
+    code, _, err = cli(capsys, "list", "--import", "sub/usermod_path.py")
+    assert code == 2 and "--import takes a module name (usermod_path), not a path (sub/usermod_path.py)" in err
     (tmp_path / "usermod_raises.py").write_text("raise ValueError('bad config\\nsecond line')\n")
     code, _, err = cli(capsys, "train", "--import", "usermod_raises", "--out", str(tmp_path / "o"))
     assert code == 2 and err == "envace: error: cannot import usermod_raises: ValueError: bad config second line\n"

@@ -222,6 +222,9 @@ def import_user_modules(names: Sequence[str]) -> None:
         sys.path.insert(0, cwd)
     importlib.invalidate_caches()  # a module file written since the last import (tests, notebooks)
     for name in names:
+        if name.endswith(".py") or os.sep in name or "/" in name:
+            stem = os.path.splitext(os.path.basename(name))[0]
+            raise UserError(f"--import takes a module name ({stem}), not a path ({name}); run from its folder")
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:
