@@ -14,7 +14,7 @@ from .tasks import TaskSuite
 
 __all__ = ["register_suite", "register_suite_family", "load_suite", "suite_names"]
 
-_SUITES: Registry[TaskSuite] = Registry("suite")
+_SUITES: Registry[TaskSuite] = Registry("suite", hint="`envace list` shows all; or give a path to a .jsonl task file")
 # prefix -> (its names, a "module:attr" string or a callable; the loader of one name). Expanded on first use,
 # so registering a benchmark's family imports nothing of the benchmark.
 _FAMILIES: dict[str, tuple[str | Callable[[], list[str]], str | Callable[[str], TaskSuite]]] = {}
@@ -63,5 +63,4 @@ def load_suite(name: str) -> TaskSuite:
         return _load_registered(name)
     if name.endswith(".jsonl") or Path(name).is_file():
         return TaskSuite.load_jsonl(name)
-    known = ", ".join(suite_names()) or "none"
-    raise KeyError(f"unknown suite {name!r}; registered: {known} (or give a path to a .jsonl task file)")
+    raise _SUITES.unknown(name)

@@ -70,6 +70,39 @@ def test_user_errors_are_one_line(capsys, tmp_path):
     assert code == 2 and "bad.jsonl:1: field 'user_turns'" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--suite", "bulitin"], "unknown suite 'bulitin'; did you mean 'builtin'? (`envace list` shows all;"),
+        (["--suite", "builtin/bnak"], "unknown suite 'builtin/bnak'; did you mean 'builtin/bank'? ("),
+        (["--suite", "tau2"], "unknown suite 'tau2'; did you mean 'tau2/airline', 'tau2/mock' or 'tau2/retail'?"),
+        (["--env", "EnvACE-ToolCal-v0"], "unknown env id 'EnvACE-ToolCal-v0'; did you mean 'EnvACE-ToolCall-v0'? ("),
+        (["--env", "envace-bfcl-v0"], "unknown env id 'envace-bfcl-v0'; did you mean 'EnvACE-BFCL-v0'? ("),
+        (["--backend", "rael"], "unknown backend 'rael'; did you mean 'real'? (use real, replay:PATH,"),
+        (["--backend", "replya:x.jsonl"], "unknown backend 'replya:x.jsonl'; did you mean 'replay:x.jsonl'? ("),
+        (["--backend", "self_inline"], "unknown backend 'self_inline'; did you mean 'self-inline'? ("),
+        (["--policy", "oracel"], "unknown policy 'oracel'; did you mean 'oracle'? (use oracle | random"),
+    ],
+)
+def test_a_misspelt_name_suggests_the_close_ones_in_one_line(capsys, argv, says):
+    code, out, err = run(capsys, "eval", *argv, "--episodes", "1", "--no-progress")
+    assert code == 2 and err.startswith(f"envace: error: {says}") and err.count("\n") == 1, err
+    assert "bfcl/" not in err  # not the list of all 26 suites
+
+
+def test_a_name_with_nothing_close_suggests_nothing():
+    from envace_gym._registry import Registry, did_you_mean
+
+    assert did_you_mean("genius", ["oracle", "random", "noop", "default", "tiny"]) == []
+    with pytest.raises(KeyError, match=r"^\"unknown suite 'zzz' \(`envace list` shows all; or give a path"):
+        load_suite("zzz")
+    backends = Registry("backend")
+    backends.register("builtin/bank", "x:y")
+    backends.register("builtin/retail", "x:y")
+    with pytest.raises(KeyError, match=r"unknown backend 'builtin/bnak'; did you mean 'builtin/bank'\? \(registered: "):
+        backends.resolve("builtin/bnak")
+
+
 def test_fidelity_json_fields_on_the_tiny_model(capsys, tmp_path):
     code, out, _ = run(
         capsys,

@@ -17,6 +17,7 @@ import gymnasium as gym
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
+from .._registry import did_you_mean, unknown_message
 from ..backends.spec import BackendSpec, parse_backend_spec
 from ..compose import make_env
 from ..rehearsal.protocol import Imaginer
@@ -99,7 +100,10 @@ class EnvArgs:
 
     def __post_init__(self) -> None:
         if self.env not in env_ids():
-            raise ValueError(f"unknown env id {self.env!r}; available: {', '.join(env_ids())}")
+            ids = env_ids()
+            raise ValueError(
+                unknown_message("env id", self.env, did_you_mean(self.env, ids), f"available: {', '.join(ids)}")
+            )
         if not self.split:
             raise ValueError("--split must not be empty")
         _positive(self, "max_turns", allow_none=True)
