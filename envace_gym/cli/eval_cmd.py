@@ -108,8 +108,8 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
 
     backend = backend_args.spec
     t0 = time.monotonic()
-    lm = load_lm(args.policy, sampling, run_args.seed) if is_lm_spec(args.policy) else None
-    imaginer = make_imaginer(backend, lm, args.simulator, sampling, run_args.seed)
+    lm = load_lm(args.policy, sampling, run_args.seed, quiet=run_args.quiet) if is_lm_spec(args.policy) else None
+    imaginer = make_imaginer(backend, lm, args.simulator, sampling, run_args.seed, quiet=run_args.quiet)
     env = env_args.make_env(backend, imaginer)
     pool = env.unwrapped.pool
     episodes = args.episodes or len(pool)
