@@ -83,6 +83,32 @@ def test_a_url_with_no_server_says_it_could_not_connect_and_why(capsys):
     assert code == 2 and err == f"envace: error: {caught.value}\n"
 
 
+def test_an_http_server_that_is_not_mcp_says_so_not_that_it_could_not_connect():
+    import subprocess
+    import time
+
+    from envace_gym.backends.mcp import MCPError
+    from envace_gym.envs.builtin.mcp_server import free_port
+
+    port = free_port()
+    web = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    proc = subprocess.Popen(web, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 20
+        while True:  # until it listens: then the error is no longer "connection refused"
+            with pytest.raises(MCPError) as caught:
+                MCPBackend(url, start_timeout=10).reset()
+            if "connection refused" not in str(caught.value) or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert str(caught.value).startswith(f"the server at {url} did not open an MCP session: "), caught.value
+        assert str(caught.value).endswith("(is it an MCP server, and is that path its endpoint?)")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_misspelt_stdio_module_says_it_exited_with_its_status_and_last_words(capfd):
     from envace_gym.backends.mcp import MCPError
     from envace_gym.cli import main

@@ -12,6 +12,7 @@ resets and ``state_match``; other servers are used as they are.
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import json
 import os
@@ -236,7 +237,15 @@ class _Connection:
         if url is not None:
             if not answered:
                 return f"the MCP server at {url} did not answer within {start_timeout:g}s"
-            return f"could not connect to the MCP server at {url}: {_reason(self._error)} (is a server running there?)"
+            leaves = _leaves(self._error) if self._error is not None else []
+            errnos = {getattr(_os_error(leaf), "errno", None) for leaf in leaves} - {None}
+            if not errnos:  # it connected, and what answered did not speak MCP there
+                return (
+                    f"the server at {url} did not open an MCP session: {_reason(self._error)} (is it an MCP "
+                    "server, and is that path its endpoint?)"
+                )
+            hint = " (is a server running there?)" if errno.ECONNREFUSED in errnos else ""
+            return f"could not connect to the MCP server at {url}: {_reason(self._error)}{hint}"
         last = stderr.last_line() if stderr is not None else ""
         said = f": {last}" if last else ""
         process = self.loop.server_process
