@@ -9,21 +9,50 @@ used. A name registered in code wins over an entry point of the same name.
 
 from __future__ import annotations
 
+import difflib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 
-class Registry(Generic[T]):
-    """Names -> factories (a callable, a lazy ``"module:attr"`` string, or an installed package's entry point
-    from ``group``)."""
+def did_you_mean(name: str, choices: Iterable[str]) -> list[str]:
+    """Up to three of ``choices`` that ``name`` may have meant, best first: names under ``name/`` (``tau2`` ->
+    ``tau2/airline``...), else the closest spellings, case aside (:func:`difflib.get_close_matches`, and only
+    those about as close as the best)."""
+    choices = list(choices)
+    folded = {c.casefold(): c for c in choices}  # case is a typo too: envace-bfcl-v0
+    key = name.casefold()
+    family = [c for f, c in folded.items() if f.startswith(f"{key}/")]
+    if family:
+        return family[:3]
+    close = difflib.get_close_matches(key, folded, n=3, cutoff=0.6)
+    best = difflib.SequenceMatcher(None, close[0], key).ratio() if close else 1.0
+    return [folded[c] for c in close if difflib.SequenceMatcher(None, c, key).ratio() >= best - 0.1]
 
-    def __init__(self, kind: str, group: str | None = None) -> None:
+
+def unknown_message(kind: str, name: str, suggestions: Sequence[str], hint: str = "") -> str:
+    """The one wording of an unknown name, one line: ``unknown suite 'bulitin'; did you mean 'builtin'?
+    (`envace list` shows all)``. ``hint`` says where the names are (or lists them)."""
+    says = f"unknown {kind} {name!r}"
+    if suggestions:
+        quoted = [repr(s) for s in suggestions]
+        either = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+        says += f"; did you mean {either}?"
+    return f"{says} ({hint})" if hint else says
+
+
+class Registry(Generic[T]):
+    """Names -> factories of one ``kind`` (a callable, a lazy ``"module:attr"`` string, or an installed
+    package's entry point from ``group``). ``hint`` ends the message of an unknown name (where to see the
+    names, or what else is accepted); default: the registered names."""
+
+    def __init__(self, kind: str, group: str | None = None, hint: str | None = None) -> None:
         self.kind = kind
         self.group = group
+        self.hint = hint
         self._entries: dict[str, Callable[..., T] | str | EntryPoint] = {}
         self._group_read = group is None
         self._from_group: set[str] = set()  # names whose entry is an entry point (loaded or not)
@@ -56,13 +85,17 @@ class Registry(Generic[T]):
         self._read_group()
         return name in self._entries
 
+    def unknown(self, name: str) -> KeyError:
+        """The error for a name that is not registered: close names suggested, then the hint."""
+        hint = self.hint if self.hint is not None else f"registered: {', '.join(self.names()) or 'none'}"
+        return KeyError(unknown_message(self.kind, name, did_you_mean(name, self.names()), hint))
+
     def resolve(self, name: str) -> Callable[..., T]:
         self._read_group()
         try:
             entry = self._entries[name]
         except KeyError:
-            known = ", ".join(self.names()) or "none"
-            raise KeyError(f"unknown {self.kind} {name!r}; registered: {known}") from None
+            raise self.unknown(name) from None
         if isinstance(entry, EntryPoint):
             entry = self._load_entry_point(name, entry)
             self._entries[name] = entry

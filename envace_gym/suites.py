@@ -25,7 +25,9 @@ __all__ = [
 
 #: Entry-point group of installed packages' suites: ``name = "module:loader"`` (a zero-argument loader).
 SUITE_ENTRY_POINTS = "envace_gym.suites"
-_SUITES: Registry[TaskSuite] = Registry("suite", group=SUITE_ENTRY_POINTS)
+_SUITES: Registry[TaskSuite] = Registry(
+    "suite", group=SUITE_ENTRY_POINTS, hint="`envace list` shows all; or give a path to a .jsonl task file"
+)
 # prefix -> (its names, a "module:attr" string or a callable; the loader of one name). Expanded on first use,
 # so registering a benchmark's family imports nothing of the benchmark.
 _FAMILIES: dict[str, tuple[str | Callable[[], list[str]], str | Callable[[str], TaskSuite]]] = {}
@@ -80,5 +82,4 @@ def load_suite(name: str) -> TaskSuite:
         return _load_registered(name)
     if name.endswith(".jsonl") or Path(name).is_file():
         return TaskSuite.load_jsonl(name)
-    known = ", ".join(suite_names()) or "none"
-    raise KeyError(f"unknown suite {name!r}; registered: {known} (or give a path to a .jsonl task file)")
+    raise _SUITES.unknown(name)

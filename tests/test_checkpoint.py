@@ -196,3 +196,43 @@ def test_no_file_is_a_pickle(tmp_path):
             json.loads(data)
         else:
             data.decode("utf-8")
+
+
+def test_a_run_folder_loads_its_newest_complete_checkpoint_and_says_which(tmp_path, capsys):
+    from envace_gym.agents.lm.models import ModelLoadError
+    from envace_gym.cli import main
+
+    model, tok, optimizer, scheduler = _trainer(0)
+    save_checkpoint(tmp_path, 9, model, tok, optimizer, scheduler, CONFIG)
+    _train(model, optimizer, scheduler, 1)
+    newest = save_checkpoint(tmp_path, 10, model, tok, optimizer, scheduler, CONFIG)  # 10 after 9, not before
+    torn = save_checkpoint(tmp_path, 11, model, tok, optimizer, scheduler, CONFIG)
+    (torn / "trainer_state.json").unlink()  # incomplete: skipped, as --resume skips it
+    capsys.readouterr()
+    policy = LMPolicy.from_spec(f"ckpt:{tmp_path}", bf16=False)
+    loaded = policy.model.state_dict()
+    assert all(torch.equal(v, loaded[k]) for k, v in model.state_dict().items())
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"envace: ckpt:{tmp_path} -> {newest} (newest complete checkpoint)", err
+    LMPolicy.from_spec(f"ckpt:{newest}", bf16=False)  # a checkpoint itself: loaded as it is, nothing said
+    assert "newest complete checkpoint" not in capsys.readouterr().err
+
+    code = main(["eval", "--policy", f"ckpt:{tmp_path}", "--episodes", "1", "--max-new-tokens", "4", "--json",
+                 "--no-progress"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["episodes"] == 1 and f"-> {newest} (newest complete checkpoint)" in err
+
+    (tmp_path / "only-torn").mkdir()
+    torn.rename(tmp_path / "only-torn" / "ckpt-11")
+    with pytest.raises(ModelLoadError, match=r"only-torn is a training run folder with no complete checkpoint: "
+                                             r"ckpt-11 lacks the weights or trainer_state.json"):  # fmt: skip
+        LMPolicy.from_spec(f"ckpt:{tmp_path / 'only-torn'}")
+    (tmp_path / "empty").mkdir()
+    code = main(["eval", "--policy", f"ckpt:{tmp_path / 'empty'}", "--episodes", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err == (
+        f"envace: error: {tmp_path / 'empty'} is neither a checkpoint (no config.json) nor a training run folder "
+        f"(no ckpt-N/ inside); write one with `envace sft --out {tmp_path / 'empty'}` or `envace train --out "
+        f"{tmp_path / 'empty'}`\n"
+    )

@@ -70,6 +70,39 @@ def test_user_errors_are_one_line(capsys, tmp_path):
     assert code == 2 and "bad.jsonl:1: field 'user_turns'" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--suite", "bulitin"], "unknown suite 'bulitin'; did you mean 'builtin'? (`envace list` shows all;"),
+        (["--suite", "builtin/bnak"], "unknown suite 'builtin/bnak'; did you mean 'builtin/bank'? ("),
+        (["--suite", "tau2"], "unknown suite 'tau2'; did you mean 'tau2/airline', 'tau2/mock' or 'tau2/retail'?"),
+        (["--env", "EnvACE-ToolCal-v0"], "unknown env id 'EnvACE-ToolCal-v0'; did you mean 'EnvACE-ToolCall-v0'? ("),
+        (["--env", "envace-bfcl-v0"], "unknown env id 'envace-bfcl-v0'; did you mean 'EnvACE-BFCL-v0'? ("),
+        (["--backend", "rael"], "unknown backend 'rael'; did you mean 'real'? (use real, replay:PATH,"),
+        (["--backend", "replya:x.jsonl"], "unknown backend 'replya:x.jsonl'; did you mean 'replay:x.jsonl'? ("),
+        (["--backend", "self_inline"], "unknown backend 'self_inline'; did you mean 'self-inline'? ("),
+        (["--policy", "oracel"], "unknown policy 'oracel'; did you mean 'oracle'? (use oracle | random"),
+    ],
+)
+def test_a_misspelt_name_suggests_the_close_ones_in_one_line(capsys, argv, says):
+    code, out, err = run(capsys, "eval", *argv, "--episodes", "1", "--no-progress")
+    assert code == 2 and err.startswith(f"envace: error: {says}") and err.count("\n") == 1, err
+    assert "bfcl/" not in err  # not the list of all 26 suites
+
+
+def test_a_name_with_nothing_close_suggests_nothing():
+    from envace_gym._registry import Registry, did_you_mean
+
+    assert did_you_mean("genius", ["oracle", "random", "noop", "default", "tiny"]) == []
+    with pytest.raises(KeyError, match=r"^\"unknown suite 'zzz' \(`envace list` shows all; or give a path"):
+        load_suite("zzz")
+    backends = Registry("backend")
+    backends.register("builtin/bank", "x:y")
+    backends.register("builtin/retail", "x:y")
+    with pytest.raises(KeyError, match=r"unknown backend 'builtin/bnak'; did you mean 'builtin/bank'\? \(registered: "):
+        backends.resolve("builtin/bnak")
+
+
 def test_fidelity_json_fields_on_the_tiny_model(capsys, tmp_path):
     code, out, _ = run(
         capsys,
@@ -368,3 +401,53 @@ def test_train_config_file_then_the_flags_main_was_given(tmp_path, monkeypatch):
     path.write_text("lr = 2e-5\nlearning_rate = 1.0\n")
     with pytest.raises(ValueError, match="learning_rate"):
         parse(argv)
+
+
+def test_no_progress_hides_every_bar_and_quiet_every_line_but_the_result(capfd, tmp_path):
+    from transformers.utils import logging as hf_logging
+
+    from envace_gym.agents.lm.models import tiny_model
+    from envace_gym.agents.train.checkpoint import save_checkpoint
+
+    model, tok = tiny_model()
+    newest = save_checkpoint(tmp_path / "run", 3, model, tok, None, None, "")  # loads with a transformers bar
+    argv = ["eval", "--policy", f"ckpt:{tmp_path / 'run'}", "--episodes", "1", "--max-new-tokens", "4",
+            "--max-turns", "1"]  # fmt: skip
+    said = f"envace: ckpt:{tmp_path / 'run'} -> {newest} (newest complete checkpoint)"
+    capfd.readouterr()
+    assert main(argv) == 0
+    out, err = capfd.readouterr()
+    assert said in err and "Loading weights" in err and "eval ckpt:" in err and "success" in out  # all of it
+    assert main([*argv, "--no-progress"]) == 0
+    out, err = capfd.readouterr()
+    assert err.strip() == said and "success" in out  # the bars gone, transformers' too; the info line stays
+    assert main([*argv, "--quiet"]) == 0
+    out, err = capfd.readouterr()
+    assert err == "" and "success" in out and "calls per episode" in out  # the result only
+    assert hf_logging.is_progress_bar_enabled()  # put back after the command
+
+
+def test_quiet_hides_the_libraries_warnings_and_logs_but_not_ours_or_errors(caplog):
+    import logging
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    caplog.set_level(logging.INFO)
+    with pytest.warns(UserWarning, match="torn last line") as caught:
+        with RunArgs(quiet=True).output():
+            assert not hf_logging.is_progress_bar_enabled()
+            for module in ("transformers.modeling_utils", "peft.tuners", "torch.utils.checkpoint", "accelerate"):
+                warnings.warn_explicit("is deprecated", FutureWarning, "x.py", 1, module=module)
+            warnings.warn_explicit("torn last line", UserWarning, "jsonl.py", 1, module="envace_gym.jsonl")
+            logging.getLogger("mcp.client.stdio").warning("Failed to parse JSONRPC message")
+            logging.getLogger("mcp.client.stdio").error("the server died")
+    assert [str(w.message) for w in caught] == ["torn last line"]
+    assert [r.getMessage() for r in caplog.records] == ["the server died"]
+    logging.getLogger("mcp.client.stdio").warning("after")  # put back
+    assert caplog.records[-1].getMessage() == "after" and hf_logging.get_verbosity() == verbosity
+    with RunArgs(no_progress=True).output():  # bars only
+        assert not hf_logging.is_progress_bar_enabled()
+        logging.getLogger("x").warning("still logged")
+    assert caplog.records[-1].getMessage() == "still logged" and hf_logging.is_progress_bar_enabled()

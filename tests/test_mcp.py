@@ -66,6 +66,66 @@ def test_missing_server_command_is_one_clear_error():
         MCPBackend(["/nonexistent/server"], start_timeout=10).reset()
 
 
+def test_a_url_with_no_server_says_it_could_not_connect_and_why(capsys):
+    from envace_gym.backends.mcp import MCPError
+    from envace_gym.cli import main
+    from envace_gym.envs.builtin.mcp_server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/mcp"  # a closed loopback port
+    with pytest.raises(MCPError) as caught:
+        MCPBackend(url, start_timeout=10).reset()
+    assert str(caught.value) == (
+        f"could not connect to the MCP server at {url}: connection refused (is a server running there?)"
+    )
+    code = main(["eval", "--suite", "builtin/bank", "--policy", "oracle", "--episodes", "1", "--no-progress",
+                 "--backend", f"mcp:{url}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"envace: error: {caught.value}\n"
+
+
+def test_an_http_server_that_is_not_mcp_says_so_not_that_it_could_not_connect():
+    import subprocess
+    import time
+
+    from envace_gym.backends.mcp import MCPError
+    from envace_gym.envs.builtin.mcp_server import free_port
+
+    port = free_port()
+    web = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    proc = subprocess.Popen(web, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 20
+        while True:  # until it listens: then the error is no longer "connection refused"
+            with pytest.raises(MCPError) as caught:
+                MCPBackend(url, start_timeout=10).reset()
+            if "connection refused" not in str(caught.value) or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert str(caught.value).startswith(f"the server at {url} did not open an MCP session: "), caught.value
+        assert str(caught.value).endswith("(is it an MCP server, and is that path its endpoint?)")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_misspelt_stdio_module_says_it_exited_with_its_status_and_last_words(capfd):
+    from envace_gym.backends.mcp import MCPError
+    from envace_gym.cli import main
+
+    with pytest.raises(MCPError) as caught:
+        MCPBackend("python -m no_such_module_xyz", start_timeout=30).reset()
+    message = str(caught.value)
+    assert message.startswith(
+        "MCP server command 'python -m no_such_module_xyz' exited before it answered (exit status 1): "
+    ), message
+    assert message.endswith("No module named no_such_module_xyz") and "TaskGroup" not in message
+    code = main(["eval", "--suite", "builtin/bank", "--policy", "oracle", "--episodes", "1", "--no-progress",
+                 "--backend", "mcp:python -m no_such_module_xyz"])  # fmt: skip
+    _, err = capfd.readouterr()  # the server's own stderr included: it is quoted, not printed
+    assert code == 2 and err.count("\n") == 1 and err.startswith("envace: error: MCP server command"), err
+
+
 def _start_http_server(port):
     import subprocess
     import time
@@ -119,7 +179,7 @@ def test_oracle_over_loopback_http_two_envs_share_the_server_and_a_dead_server_i
         assert (
             info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR" and "MCP server failed" in info["errors"][0]["message"]
         )
-        with pytest.raises(MCPError, match="did not start"):
+        with pytest.raises(MCPError, match=f"could not connect to the MCP server at {url}: connection refused"):
             envs[0].reset(seed=0)
         url, proc = _start_http_server(port)  # back at the same address: the next episode runs
         report = evaluate(envs[0], OraclePolicy(suite), 3, progress=False)

@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "ModelLoadError",
     "cache_root",
+    "checkpoint_folder",
     "default_gguf_path",
     "default_tokenizer",
     "ensure_default_model",
@@ -119,11 +120,41 @@ def _load_transformers(path: str, **kwargs: Any):
     return model, tokenizer
 
 
+def checkpoint_folder(path: str | os.PathLike[str]) -> Path:
+    """The folder that ``ckpt:PATH`` loads: ``PATH`` itself when it is a checkpoint (it holds ``config.json``:
+    ``envace sft --out PATH``, or one ``ckpt-N`` of a training run), else the newest complete ``ckpt-N`` of the
+    training run folder ``PATH`` (``envace train --out PATH``), the one ``--resume`` would continue from.
+    Otherwise a :class:`ModelLoadError` that says what it looked for."""
+    root = Path(path)
+    if (root / "config.json").is_file():
+        return root
+    write = f"write one with `envace sft --out {path}` or `envace train --out {path}`"
+    if not root.is_dir():
+        raise ModelLoadError(f"no checkpoint at {path}: no such folder; {write}")
+    from ..train.checkpoint import CKPT_PREFIX, latest_checkpoint
+
+    newest = latest_checkpoint(root)
+    if newest is not None:
+        return newest
+    torn = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith(CKPT_PREFIX))
+    if torn:
+        lack = "lacks" if len(torn) == 1 else "lack"
+        raise ModelLoadError(
+            f"{path} is a training run folder with no complete checkpoint: {', '.join(torn)} {lack} the weights or "
+            "trainer_state.json that a complete one holds; load another checkpoint with ckpt:DIR"
+        )
+    raise ModelLoadError(
+        f"{path} is neither a checkpoint (no config.json) nor a training run folder (no {CKPT_PREFIX}N/ inside); "
+        f"{write}"
+    )
+
+
 def load_model_and_tokenizer(spec: str, progress: bool = True):
     """Resolve a policy spec to ``(model, tokenizer)``.
 
     Specs: ``default`` (the embedded SmolLM2), ``tiny`` (:func:`tiny_model`), ``ckpt:DIR`` (a checkpoint written
-    by ``envace sft``),
+    by ``envace sft`` or ``envace train``, or a training run folder: its newest complete ``ckpt-N``, named on
+    stderr where ``progress``; see :func:`checkpoint_folder`),
     ``hf:PATH_OR_ID`` (a local directory, or a hub id already in the local cache), ``gguf:PATH``, or a
     bare path to a directory or ``.gguf`` file.
     """
@@ -139,11 +170,10 @@ def load_model_and_tokenizer(spec: str, progress: bool = True):
                 f"the cached default model at {path} is corrupt; delete it and retry: rm -r {path}"
             ) from None
     if kind == "ckpt":
-        if not (Path(rest) / "config.json").is_file():
-            raise ModelLoadError(
-                f"{rest} is not a checkpoint folder (no config.json); write one with `envace sft --out {rest}`"
-            )
-        return _load_transformers(rest)
+        folder = checkpoint_folder(rest)
+        if progress and folder != Path(rest):
+            print(f"envace: {spec} -> {folder} (newest complete checkpoint)", file=sys.stderr, flush=True)
+        return _load_transformers(str(folder))
     if kind == "hf":
         return _load_transformers(rest)
     if kind == "gguf" or spec.endswith(".gguf"):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._registry import did_you_mean, unknown_message
+
 __all__ = [
     "BackendSpec",
     "parse_backend_spec",
@@ -28,6 +30,7 @@ IMAGINED_KINDS = tuple(_MODE_OF_KIND)
 #: Imagined kinds where the policy imagines its own results (EnvACE); ``simulator`` is a separate model.
 SELF_KINDS = ("self", SELF_INLINE)
 _WITH_TARGET = ("replay", "cache", "mcp")
+_TARGET_OF = {"replay": "PATH", "cache": "PATH", "mcp": "COMMAND"}
 
 _USAGE = "use real, replay:PATH, cache:PATH, mcp:COMMAND, mcp:http://127.0.0.1:PORT/mcp, self, self-inline or simulator"
 
@@ -87,4 +90,6 @@ def parse_backend_spec(value: str | BackendSpec) -> BackendSpec:
         return BackendSpec(kind, target.strip())
     if kind in _WITH_TARGET:
         raise ValueError(f"backend {value!r} needs a target after the colon ({kind}:...); {_USAGE}")
-    raise ValueError(f"unknown backend {value!r}; {_USAGE}")
+    close = did_you_mean(kind, REAL_KINDS + IMAGINED_KINDS)  # 'replya:x' -> 'replay:x', 'rael' -> 'real'
+    suggestions = [f"{k}:{target.strip() or _TARGET_OF[k]}" if k in _WITH_TARGET else k for k in close]
+    raise ValueError(unknown_message("backend", value, suggestions, _USAGE))

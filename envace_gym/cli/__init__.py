@@ -26,12 +26,16 @@ command runs, so ``envace list`` does not import torch. For example ``envace tra
 
 User errors (an unknown env, suite, policy or backend, a bad task file, a ``ValueError`` from a config
 check) print one ``envace: error: ...`` line on stderr and exit with status 2; ``ENVACE_DEBUG=1`` re-raises
-them. Bad or unknown flags exit with status 2 and argparse's message.
+them. Bad or unknown flags exit with status 2 and argparse's message. An unknown name suggests the close
+ones (``_registry.unknown_message``). A command that takes ``RunArgs`` runs inside
+:meth:`~.common.RunArgs.output`: ``--no-progress`` turns the libraries' progress bars off too, ``--quiet``
+also their warnings and logs below ERROR, and both are put back when it returns.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import importlib
 import os
@@ -41,7 +45,7 @@ from types import ModuleType
 from typing import Any
 
 from ..tasks import TaskFormatError
-from .common import UserError, adjust_parser, configs_from_namespace, import_user_modules
+from .common import RunArgs, UserError, adjust_parser, configs_from_namespace, import_user_modules
 
 __all__ = ["COMMANDS", "build_parser", "command_parser", "main", "parse"]
 
@@ -125,7 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         module, configs = parse(argv)
-        return module.run(*configs)
+        run_args = next((c for c in configs if isinstance(c, RunArgs)), None)
+        with run_args.output() if run_args is not None else contextlib.nullcontext():  # --no-progress, --quiet
+            return module.run(*configs)
     except (UserError, TaskFormatError, KeyError, ValueError, OSError, MCPError) as exc:
         # OSError: a path that exists, is missing or is a directory (--out on a file, say); one line too.
         if os.environ.get("ENVACE_DEBUG"):

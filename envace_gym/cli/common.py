@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import os
 import sys
+import warnings
 from argparse import SUPPRESS, ArgumentParser, Namespace, _StoreFalseAction
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_type_hints
 
@@ -22,6 +25,7 @@ import gymnasium as gym
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
+from .._registry import did_you_mean, unknown_message
 from ..backends.spec import BackendSpec, parse_backend_spec
 from ..compose import make_env
 from ..rehearsal.protocol import Imaginer
@@ -50,6 +54,10 @@ __all__ = [
 LM_POLICIES = ("default", "tiny")
 LM_POLICY_KINDS = ("ckpt", "hf", "gguf")
 LM_POLICY_USAGE = "default | tiny | ckpt:DIR | hf:PATH | gguf:PATH"
+#: Where the ``warnings`` that ``--quiet`` hides come from (a regex on the warning's module): the model
+#: libraries' deprecation and usage notes (``is_gradient_checkpointing is deprecated`` under ``--lora``),
+#: which a user of the CLI cannot act on. Our own warnings (a torn last line in a log) still print.
+NOISY_MODULES = r"(transformers|peft|accelerate|huggingface_hub|torch)(\.|$)"
 
 
 class UserError(Exception):
@@ -106,7 +114,10 @@ class EnvArgs:
 
     def __post_init__(self) -> None:
         if self.env not in env_ids():
-            raise ValueError(f"unknown env id {self.env!r}; available: {', '.join(env_ids())}")
+            ids = env_ids()
+            raise ValueError(
+                unknown_message("env id", self.env, did_you_mean(self.env, ids), f"available: {', '.join(ids)}")
+            )
         if not self.split:
             raise ValueError("--split must not be empty")
         _positive(self, "max_turns", allow_none=True)
@@ -163,11 +174,48 @@ class RunArgs:
 
     seed: int = field(default=0, metadata={"help": "seed of the task order, the policy and sampling"})
     json: bool = field(default=False, metadata={"help": "print one JSON object on stdout"})
-    no_progress: bool = field(default=False, metadata={"help": "hide progress bars"})
+    no_progress: bool = field(
+        default=False, metadata={"help": "hide progress bars: ours and those of transformers / huggingface_hub"}
+    )
+    quiet: bool = field(
+        default=False,
+        metadata={
+            "help": "print the result and errors only: no progress bars (implies --no-progress), no info lines "
+            "(which checkpoint a run folder gave), no warnings or info logs from the libraries"
+        },
+    )
 
     @property
     def progress(self) -> bool:
-        return not self.no_progress
+        return not (self.no_progress or self.quiet)
+
+    @contextmanager
+    def output(self) -> Iterator[None]:
+        """While a command runs: the libraries' progress bars off unless :attr:`progress`; under ``--quiet``
+        also their warnings (the ``warnings`` of :data:`NOISY_MODULES`) and every log record below ERROR.
+        Everything is put back afterwards (the CLI also runs in-process, in tests)."""
+        import huggingface_hub.utils as hub
+        from transformers.utils import logging as hf_logging
+
+        bars, hub_bars_off = hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
+        verbosity, disabled = hf_logging.get_verbosity(), logging.root.manager.disable
+        with warnings.catch_warnings():
+            if not self.progress:
+                hf_logging.disable_progress_bar()  # transformers' bars ("Loading weights") and huggingface_hub's
+            if self.quiet:
+                hf_logging.set_verbosity_error()
+                logging.disable(logging.WARNING)  # errors still print
+                warnings.filterwarnings("ignore", module=NOISY_MODULES)
+            try:
+                yield
+            finally:
+                if bars and not hf_logging.is_progress_bar_enabled():
+                    hf_logging.enable_progress_bar()
+                if hub_bars_off and not hub.are_progress_bars_disabled():
+                    hub.disable_progress_bars()
+                if self.quiet:
+                    hf_logging.set_verbosity(verbosity)
+                    logging.disable(disabled)
 
 
 @dataclass
@@ -300,18 +348,25 @@ def flag_dests(parser: ArgumentParser) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------ env and models
-def load_lm(spec: str, sampling: SamplingArgs, seed: int, engine: str = "hf") -> LMPolicy:
+def load_lm(spec: str, sampling: SamplingArgs, seed: int, engine: str = "hf", quiet: bool = False) -> LMPolicy:
+    """The LM policy of ``spec``; ``quiet``: without the info lines (a first conversion, which checkpoint a
+    run folder gave)."""
     from envace_gym.agents.lm.models import ModelLoadError
     from envace_gym.agents.lm.policy import LMPolicy
 
     try:
-        return LMPolicy.from_spec(spec, sampling=sampling.config(seed), engine=engine)
+        return LMPolicy.from_spec(spec, sampling=sampling.config(seed), engine=engine, progress=not quiet)
     except ModelLoadError as exc:
         raise UserError(str(exc)) from None
 
 
 def make_imaginer(
-    backend: BackendSpec, actor: LMPolicy | None, simulator: str, sampling: SamplingArgs, seed: int
+    backend: BackendSpec,
+    actor: LMPolicy | None,
+    simulator: str,
+    sampling: SamplingArgs,
+    seed: int,
+    quiet: bool = False,
 ) -> Imaginer | None:
     """Who imagines tool results: the actor itself (``self``, ``self-inline``) or a separate frozen model
     (``simulator``); ``None`` for the backends an env builds itself."""
@@ -323,5 +378,5 @@ def make_imaginer(
             )
         return actor
     if backend.imagined:  # simulator
-        return load_lm(simulator, sampling, seed)
+        return load_lm(simulator, sampling, seed, quiet=quiet)
     return None

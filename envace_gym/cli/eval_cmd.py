@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from envace_gym.agents.rehearsal.private import REHEARSAL_MODES  # no torch: the policy loads it
 
+from .._registry import did_you_mean, unknown_message
 from .common import (
+    LM_POLICIES,
     LM_POLICY_USAGE,
     BackendArgs,
     EnvArgs,
@@ -59,7 +61,9 @@ class EvalArgs:
         from envace_gym.agents.scripted import SCRIPTED_POLICIES
 
         if self.policy not in SCRIPTED_POLICIES and not is_lm_spec(self.policy):
-            raise ValueError(f"unknown policy {self.policy!r}; use {' | '.join(SCRIPTED_POLICIES)} | {LM_POLICY_USAGE}")
+            close = did_you_mean(self.policy, (*SCRIPTED_POLICIES, *LM_POLICIES))
+            usage = f"use {' | '.join(SCRIPTED_POLICIES)} | {LM_POLICY_USAGE}"
+            raise ValueError(unknown_message("policy", self.policy, close, usage))
         if self.episodes is not None and self.episodes < 1:
             raise ValueError(f"--episodes must be >= 1 (leave it out to run every task once), got {self.episodes}")
         if self.batch_size < 1:
@@ -112,8 +116,8 @@ def run(
 
     backend = backend_args.spec
     t0 = time.monotonic()
-    lm = load_lm(args.policy, sampling, run_args.seed) if is_lm_spec(args.policy) else None
-    imaginer = make_imaginer(backend, lm, args.simulator, sampling, run_args.seed)
+    lm = load_lm(args.policy, sampling, run_args.seed, quiet=run_args.quiet) if is_lm_spec(args.policy) else None
+    imaginer = make_imaginer(backend, lm, args.simulator, sampling, run_args.seed, quiet=run_args.quiet)
     env = env_args.make_env(backend, imaginer)
     pool = env.unwrapped.pool
     episodes = args.episodes or len(pool)

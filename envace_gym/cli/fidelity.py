@@ -71,11 +71,15 @@ def run(
 ) -> int:
     from envace_gym.agents.eval.fidelity import fidelity_report, fidelity_table, save_report
 
-    policy = load_lm(args.policy, sampling, run_args.seed)
+    policy = load_lm(args.policy, sampling, run_args.seed, quiet=run_args.quiet)
     imaginers: dict[str, Any] = {}
     for name in args.backend_list:
         spec = parse_backend_spec(name)
-        imaginer = policy if spec.self_imagined else load_lm(args.simulator or "default", sampling, run_args.seed)
+        imaginer = (
+            policy
+            if spec.self_imagined
+            else load_lm(args.simulator or "default", sampling, run_args.seed, quiet=run_args.quiet)
+        )
         imaginers[name] = (imaginer, spec.imagination_mode)
     report = fidelity_report(
         env_args.make_env,  # the reference: real backends

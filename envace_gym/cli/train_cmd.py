@@ -53,8 +53,8 @@ def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: Ru
     from envace_gym.agents.train.envace import EnvACETrainer
 
     sampling = SamplingArgs(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
-    policy = load_lm(args.policy, sampling, cfg.seed, engine=args.engine)
-    simulator = load_lm(cfg.simulator, sampling, cfg.seed) if cfg.simulator else None
+    policy = load_lm(args.policy, sampling, cfg.seed, engine=args.engine, quiet=run_args.quiet)
+    simulator = load_lm(cfg.simulator, sampling, cfg.seed, quiet=run_args.quiet) if cfg.simulator else None
     # The env on real backends: the trainer composes it with cfg.backend (envace_gym.rehearse).
     trainer = EnvACETrainer(
         policy, env_args.make_env, cfg, args.out, simulator=simulator, resume=args.resume, progress=run_args.progress
