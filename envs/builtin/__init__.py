@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from functools import cache
 
+from envace_gym.suites import SuiteInfo
 from envace_gym.tasks import TaskSuite
 
 DOMAINS = ("bank", "files", "retail", "travel")
@@ -35,6 +36,12 @@ def load_mix() -> TaskSuite:
         for i in range(max(len(s) for s in per_domain)):
             mixed.extend(s[i] for s in per_domain if i < len(s))
     return TaskSuite(mixed, name="builtin")
+
+
+def suite_info(domain: str | None = None) -> SuiteInfo:
+    """The info of ``builtin/<domain>`` (``None``: of the ``builtin`` mix) without generating its tasks."""
+    domains = DOMAINS if domain is None else (domain,)
+    return SuiteInfo(tuple(sorted(domains)), {s: n * len(domains) for s, n in sorted(SPLIT_SIZES.items())})
 
 
 def _domain_loader(domain: str):
