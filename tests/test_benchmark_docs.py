@@ -35,9 +35,7 @@ def test_write_block_replaces_between_the_markers_only(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("intro\n<!-- t:begin -->\nold\ntable\n<!-- t:end -->\nafter\n")
     assert write_block(page, "t", "| a |\n|---|\n| 1 |\n") is True
-    assert (
-        page.read_text() == "intro\n<!-- t:begin -->\n| a |\n|---|\n| 1 |\n<!-- t:end -->\nafter\n"
-    )
+    assert page.read_text() == "intro\n<!-- t:begin -->\n| a |\n|---|\n| 1 |\n<!-- t:end -->\nafter\n"
     assert write_block(page, "t", "| a |\n|---|\n| 1 |") is False  # the same table: the page is not touched
 
 
@@ -76,3 +74,17 @@ def test_the_learning_table_is_the_scripts_rendering_of_the_kept_json(monkeypatc
     table = learning.write_docs(paths)  # an arm in both files: from the later one
     assert table == written["learning-cpu"] == _block("learning.md", "learning-cpu")
     assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| untrained", "| envace-log", "| grpo-real"]
+
+
+def test_the_env_step_block_is_in_the_scripts_format():
+    """No JSON of the env-step figures shown was kept: the block is what the script writes from a --json
+    output with those figures, so its next run replaces it in place."""
+    env_step = _load("env_step")
+    rows = [("random", 3323, 13802), ("oracle", 3024, 11162)]
+    result = {
+        "results": [
+            {"policy": p, "old": {"steps_per_s": old}, "new": {"steps_per_s": new}, "ratio": round(new / old, 1)}
+            for p, old, new in rows
+        ]
+    }
+    assert env_step.docs_table(result) == _block("benchmarks.md", "env-step")
