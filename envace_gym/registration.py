@@ -7,12 +7,10 @@ only when one of its suites or envs is used.
 
 from __future__ import annotations
 
-from functools import partial
-
 import gymnasium as gym
 
 from .backends import backend_names, register_backend
-from .suites import SuiteInfo, register_suite, register_suite_family, suite_names
+from .suites import register_suite, register_suite_family, suite_names
 
 __all__ = ["BUILTIN_DOMAINS", "ENV_IDS", "VECTOR_ENTRY_POINTS", "register_all"]
 
@@ -29,20 +27,16 @@ ENV_IDS = {
 VECTOR_ENTRY_POINTS = {"EnvACE-ToolCall-v0": "envace_gym.vector:make_vector"}
 
 
-def _builtin_info(domain: str | None = None) -> SuiteInfo:
-    from .envs.builtin import suite_info
-
-    return suite_info(domain)
-
-
 def register_all() -> None:
     """Register the builtin suites and backends, the benchmark suite families and the env ids (idempotent)."""
     if "builtin" not in suite_names():
-        register_suite("builtin", "envace_gym.envs.builtin:load_mix", info=_builtin_info)
+        register_suite("builtin", "envace_gym.envs.builtin:load_mix", info="envace_gym.envs.builtin:info_mix")
     for domain in BUILTIN_DOMAINS:
         if f"builtin/{domain}" not in suite_names():
             register_suite(
-                f"builtin/{domain}", f"envace_gym.envs.builtin:load_{domain}", info=partial(_builtin_info, domain)
+                f"builtin/{domain}",
+                f"envace_gym.envs.builtin:load_{domain}",
+                info=f"envace_gym.envs.builtin:info_{domain}",
             )
         if f"builtin/{domain}" not in backend_names():
             register_backend(f"builtin/{domain}", f"envace_gym.envs.builtin.{domain}:make_backend")

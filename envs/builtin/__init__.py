@@ -8,7 +8,7 @@ same tasks; the test split uses held-out entities and phrasings.
 from __future__ import annotations
 
 import importlib
-from functools import cache
+from functools import cache, partial
 
 from envace_gym.suites import SuiteInfo
 from envace_gym.tasks import TaskSuite
@@ -52,5 +52,10 @@ def _domain_loader(domain: str):
     return load
 
 
+def info_mix() -> SuiteInfo:
+    return suite_info()
+
+
 for _d in DOMAINS:
     globals()[f"load_{_d}"] = _domain_loader(_d)
+    globals()[f"info_{_d}"] = partial(suite_info, _d)  # the suite's info, registered by name
