@@ -77,6 +77,9 @@ class Registry(Generic[T]):
                 self._entries[ep.name] = ep
                 self._from_group.add(ep.name)
 
+    def discard(self, name: str) -> None:
+        self._entries.pop(name, None)
+
     def names(self) -> list[str]:
         self._read_group()
         return sorted(self._entries)
