@@ -11,10 +11,10 @@ Assistant text -> :class:`ParsedAction` (free text, reasoning, calls, format err
   ```` ```json ````, a bare ```` ``` ```` or any other language tag, the body on the lines after it). A
   fence with other text around it, or two fences, is an answer that shows code, not a call.
 
-What is a call and what is an answer. A message that parses as calls is a call, whatever the names (a
-name no tool has is ``TOOL_NOT_AVAILABLE`` downstream). A message that does not parse is a broken call
-attempt (``INVALID_TOOL_CALL_FORMAT``, so the agent is told, instead of an answer sent by mistake) only
-when it plainly is one:
+What is a call and what is an answer. A message that parses as calls with keyword literal arguments is
+a call, whatever the names (a name no tool has is ``TOOL_NOT_AVAILABLE`` downstream). A message that does
+not parse is a broken call attempt (``INVALID_TOOL_CALL_FORMAT``, so the agent is told, instead of an
+answer sent by mistake) only when it plainly is one:
 
 * ``<tool_call>`` tags that are unbalanced or hold bad JSON; a whole-message JSON text with ``"name"``
   that is not valid JSON;
@@ -24,7 +24,7 @@ when it plainly is one:
   like a call, ``Refund(s) processed for order W123 (total 10)``, names no tool and stays an answer.
   Without ``tool_names`` the rule is conservative: a whole message ``name(...)`` closed at the end whose
   parenthesis opens with keyword syntax (``name(key=...``), or one that parses as calls with bad
-  arguments (``f(1)``).
+  arguments (``f(1)``; in a fenced block, where ``print(x)`` is code shown, not a call, only the former).
 
 Reasoning. Nothing inside ``<think>...</think>`` is ever a call. A ``<think>`` that is never closed ends
 at the first ``<tool_call>`` after it (those calls are read); with no ``<tool_call>`` after it, it runs
@@ -204,16 +204,19 @@ def _parse_visible(visible: str, reasoning: str, names: frozenset[str] | None) -
     if found is None:
         body = _fenced_body(stripped)
         if body is not None:
-            found = _parse_whole(body, names)
+            found = _parse_whole(body, names, fenced=True)
     if found is not None:
         calls, errors = found
         return ParsedAction("", calls, errors, reasoning)
     return ParsedAction(stripped, [], [], reasoning)
 
 
-def _parse_whole(stripped: str, names: frozenset[str] | None) -> tuple[list[ToolCall], list[CallError]] | None:
+def _parse_whole(
+    stripped: str, names: frozenset[str] | None, fenced: bool = False
+) -> tuple[list[ToolCall], list[CallError]] | None:
     """``stripped`` read as a whole-message call (bare JSON or Python syntax): its calls and errors; or a
-    broken call attempt: one format error; or None: not a call, an answer."""
+    broken call attempt: one format error; or None: not a call, an answer. ``fenced``: the body of a code
+    block, where code such as ``print(x)`` is shown far more often than written as a call."""
     if stripped[:1] in "{[":
         bare = _parse_bare_json(stripped)
         if bare is not None:
@@ -222,9 +225,14 @@ def _parse_whole(stripped: str, names: frozenset[str] | None) -> tuple[list[Tool
         py = _parse_python_calls(stripped)
         if py is not None:
             calls, errors = py
-            # Parsed, but with no good call: ``Refund(s)`` or ``Note(see above)`` written as prose is a call
-            # only if it names a declared tool.
-            if calls or names is None or any(e.tool in names for e in errors):
+            # Parsed, but with no good call: ``Refund(s)`` or ``Note(see above)`` written as prose (or
+            # ``print(x)`` shown in a code block) is a call only if it names a declared tool; with no
+            # declared tools, outside a fence, as before (``f(1)``: use keyword arguments).
+            if calls:
+                return py
+            if names is None and not fenced:
+                return py
+            if names is not None and any(e.tool in names for e in errors):
                 return py
     attempt = _broken_call_attempt(stripped, names)
     if attempt is not None:

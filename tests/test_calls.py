@@ -209,11 +209,13 @@ def test_a_fenced_call_that_is_the_whole_message_is_a_call():
         'Run this:\n```python\nrefund_order(order_id="W123")\n```',
         "```python\nf(a=1)\n```\n```python\ng(a=1)\n```",
         "```python\nprint('hi')\nx = 1\n```",
+        "```python\nprint(x)\n```",
         '```json\n{"temperature": 21}\n```',
         '```python refund_order(order_id="W123")```',
     ]:
-        parsed = parse_calls(text, RETAIL_TOOLS)
-        assert parsed.is_answer and parsed.content == text.strip(), text
+        for tools in (RETAIL_TOOLS, None):
+            parsed = parse_calls(text, tools)
+            assert parsed.is_answer and parsed.content == text.strip(), (text, tools)
 
 
 def test_an_unclosed_think_ends_at_a_tool_call():
