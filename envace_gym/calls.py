@@ -6,9 +6,31 @@ Assistant text -> :class:`ParsedAction` (free text, reasoning, calls, format err
   (the default format we render and tell policies to use);
 * a bare JSON object or array of such objects, as the whole message;
 * Python call syntax as the whole message, ``f(a=1, b="x")`` or ``[f(a=1), g()]``, read with :mod:`ast`
-  as literals only: nothing is ever evaluated.
+  as literals only: nothing is ever evaluated;
+* either of the last two inside one fenced code block that is the whole message (```` ```python ````,
+  ```` ```json ````, a bare ```` ``` ```` or any other language tag, the body on the lines after it). A
+  fence with other text around it, or two fences, is an answer that shows code, not a call.
 
-Nothing inside ``<think>...</think>`` is ever a call. Parsing never raises on any string.
+What is a call and what is an answer. A message that parses as calls with keyword literal arguments is
+a call, whatever the names (a name no tool has is ``TOOL_NOT_AVAILABLE`` downstream). A message that does
+not parse is a broken call attempt (``INVALID_TOOL_CALL_FORMAT``, so the agent is told, instead of an
+answer sent by mistake) only when it plainly is one:
+
+* ``<tool_call>`` tags that are unbalanced or hold bad JSON; a whole-message JSON text with ``"name"``
+  that is not valid JSON;
+* a message that opens with ``name(`` and does not parse as calls (a syntax error, cut short, or
+  positional or non-literal arguments), when ``tool_names`` (the declared tools, passed by callers that
+  know them: the envs, the features wrapper) holds that ``name``. Plain language that happens to look
+  like a call, ``Refund(s) processed for order W123 (total 10)``, names no tool and stays an answer.
+  Without ``tool_names`` the rule is conservative: a whole message ``name(...)`` closed at the end whose
+  parenthesis opens with keyword syntax (``name(key=...``), or one that parses as calls with bad
+  arguments (``f(1)``; in a fenced block, where ``print(x)`` is code shown, not a call, only the former).
+
+Reasoning. Nothing inside ``<think>...</think>`` is ever a call. A ``<think>`` that is never closed ends
+at the first ``<tool_call>`` after it (those calls are read); with no ``<tool_call>`` after it, it runs
+to the end of the message, and a message that then holds no call is an ``INVALID_TOOL_CALL_FORMAT``
+error that says so (its hidden text was maybe the answer; an empty or truncated answer would mislead).
+Parsing never raises on any string.
 """
 
 from __future__ import annotations
@@ -17,7 +39,7 @@ import ast
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -31,8 +53,9 @@ __all__ = [
     "format_calls",
     "canonical_json",
     "strip_reasoning",
+    "tool_names_of",
     "INVALID_CALL_CODES",
-    "THINK_BLOCK",
+    "UNCLOSED_THINK_MESSAGE",
     "MAX_ARGUMENT_DEPTH",
     "json_value_problem",
 ]
@@ -106,78 +129,204 @@ def canonical_json(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------- parsing
-#: A reasoning block; an unterminated one runs to the end of the text. Nothing inside it is ever parsed.
-THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _OPEN_TAG = "<tool_call>"
 _CLOSE_TAG = "</tool_call>"
 # Python-syntax detection is only attempted on messages that look like a call, and never on huge ones.
 _PY_CALL_SHAPE = re.compile(r"^\[?\s*[A-Za-z_][\w.]*\s*\(", re.DOTALL)
 _MAX_PY_CHARS = 20_000
 
+#: The error of a message whose ``<think>`` is never closed and that holds no call.
+UNCLOSED_THINK_MESSAGE = (
+    "the message opens <think> and never closes it, so nothing after <think> was read as an answer or a "
+    "call; close reasoning with </think> before the answer or the call"
+)
 
-def parse_calls(text: Any) -> ParsedAction:
+
+def parse_calls(text: Any, tool_names: Collection[str] | None = None) -> ParsedAction:
     """Parse assistant text into free text, reasoning and tool calls. Never raises.
 
     A message that tries to call a tool and gets the syntax wrong yields an ``INVALID_TOOL_CALL_FORMAT``
-    error, not a silent answer, so the agent gets told what went wrong.
+    error, not a silent answer, so the agent gets told what went wrong. ``tool_names``: the tools the
+    message may call (declared ones); they decide whether a Python-syntax-looking message that does not
+    parse is a broken call or plain language (see the module docstring). ``None``: not known, a
+    conservative rule applies.
     """
     if not isinstance(text, str):
         return ParsedAction("", [], [_format_error(f"action must be a string, got {type(text).__name__}")])
-    if "<think>" in text:
-        reasoning_parts = [m.group(0) for m in THINK_BLOCK.finditer(text)]
-        visible = strip_reasoning(text)
-        reasoning = "\n".join(_strip_think_tags(p) for p in reasoning_parts).strip()
-    else:  # the usual case: skip two regex passes that cannot match
-        visible, reasoning = text, ""
+    names = _name_set(tool_names)
+    if _THINK_OPEN in text:
+        visible, reasoning, unclosed = _split_reasoning(text)
+    else:  # the usual case: skip a scan that cannot find anything
+        visible, reasoning, unclosed = text, "", False
+    parsed = _parse_visible(visible, reasoning, names)
+    if unclosed and not parsed.calls:
+        # Without this, an unclosed <think> silently swallows the answer (or a call written as Python or
+        # JSON) and the message reads as empty or cut short.
+        parsed.errors.append(_format_error(UNCLOSED_THINK_MESSAGE))
+    return parsed
 
+
+def _name_set(tool_names: Collection[str] | None) -> frozenset[str] | None:
+    if tool_names is None:
+        return None
+    if isinstance(tool_names, str):  # one name passed bare
+        return frozenset((tool_names,))
+    try:
+        return frozenset(n for n in tool_names if isinstance(n, str))
+    except TypeError:  # not iterable: as if not given
+        return None
+
+
+def tool_names_of(tools: Iterable[Any] | None) -> frozenset[str]:
+    """The names of ``tools``: OpenAI schemas (``{"type": "function", "function": {"name": ...}}`` or
+    ``{"name": ...}``), :class:`~envace_gym.tools.ToolSpec` objects or plain names; what cannot be read is
+    skipped. For ``parse_calls(text, tool_names=...)``."""
+    out: set[str] = set()
+    for tool in tools or ():
+        if isinstance(tool, str):
+            name: Any = tool
+        elif isinstance(tool, dict):
+            fn = tool.get("function")
+            name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
+        else:
+            name = getattr(tool, "name", None)
+        if isinstance(name, str) and name:
+            out.add(name)
+    return frozenset(out)
+
+
+def _parse_visible(visible: str, reasoning: str, names: frozenset[str] | None) -> ParsedAction:
     if _OPEN_TAG in visible or _CLOSE_TAG in visible:
         return _parse_tagged(visible, reasoning)
-
     stripped = visible.strip()
+    found = _parse_whole(stripped, names)
+    if found is None:
+        body = _fenced_body(stripped)
+        if body is not None:
+            found = _parse_whole(body, names, fenced=True)
+    if found is not None:
+        calls, errors = found
+        return ParsedAction("", calls, errors, reasoning)
+    return ParsedAction(stripped, [], [], reasoning)
+
+
+def _parse_whole(
+    stripped: str, names: frozenset[str] | None, fenced: bool = False
+) -> tuple[list[ToolCall], list[CallError]] | None:
+    """``stripped`` read as a whole-message call (bare JSON or Python syntax): its calls and errors; or a
+    broken call attempt: one format error; or None: not a call, an answer. ``fenced``: the body of a code
+    block, where code such as ``print(x)`` is shown far more often than written as a call."""
     if stripped[:1] in "{[":
         bare = _parse_bare_json(stripped)
         if bare is not None:
-            calls, errors = bare
-            return ParsedAction("", calls, errors, reasoning)
+            return bare
     if len(stripped) <= _MAX_PY_CHARS and _PY_CALL_SHAPE.match(stripped):
         py = _parse_python_calls(stripped)
         if py is not None:
             calls, errors = py
-            return ParsedAction("", calls, errors, reasoning)
-    attempt = _broken_call_attempt(stripped)
+            # Parsed, but with no good call: ``Refund(s)`` or ``Note(see above)`` written as prose (or
+            # ``print(x)`` shown in a code block) is a call only if it names a declared tool; with no
+            # declared tools, outside a fence, as before (``f(1)``: use keyword arguments).
+            if calls:
+                return py
+            if names is None and not fenced:
+                return py
+            if names is not None and any(e.tool in names for e in errors):
+                return py
+    attempt = _broken_call_attempt(stripped, names)
     if attempt is not None:
-        return ParsedAction("", [], [_format_error(attempt)], reasoning)
-    return ParsedAction(stripped, [], [], reasoning)
+        return [], [_format_error(attempt)]
+    return None
 
 
 # A whole message shaped as a Python call, ``f(...)`` or ``[f(...), ...]``: no space before the parenthesis
 # and closed at the end, so prose such as "Yes (it is)" stays an answer.
-_PY_ATTEMPT = re.compile(r"^\[?\s*[A-Za-z_][\w.]*\(.*\)\s*\]?$", re.DOTALL)
+_PY_ATTEMPT = re.compile(r"^\[?\s*(?P<name>[A-Za-z_][\w.]*)\((?P<rest>.*)\)\s*\]?$", re.DOTALL)
+_PY_LEADING_NAME = re.compile(r"\[?\s*(?P<name>[A-Za-z_][\w.]*)\(")
+# Keyword-argument syntax right after the parenthesis (``key=`` but not ``key==``), or an empty call.
+_KEYWORD_START = re.compile(r"\s*(?:[A-Za-z_]\w*\s*=(?!=)|\)|$)")
 
 
-def _broken_call_attempt(stripped: str) -> str | None:
+def _broken_call_attempt(stripped: str, names: frozenset[str] | None) -> str | None:
     """Why a message that tries to call a tool and fails to parse is not an answer, or None: bare JSON that
     names a tool (``"name"``) but is not valid JSON, or a whole-message Python-syntax call that does not
-    parse (deep nesting, a syntax error)."""
+    parse (deep nesting, a syntax error, cut short) and opens with a declared tool's name (``names``), or,
+    with no ``names``, is closed at the end and opens with keyword syntax."""
     if stripped[:1] in "{[" and '"name"' in stripped:
         return 'the message looks like a JSON tool call (it has "name") but is not valid JSON'
-    if _PY_ATTEMPT.match(stripped):
-        return "the message looks like a Python-syntax tool call but does not parse (keyword literals only)"
-    return None
+    if names is not None:
+        # A declared tool's name opening the message: a call even when cut short (``f(a="x`` at a token
+        # limit), since prose seldom starts with a tool's identifier and a parenthesis.
+        match = _PY_LEADING_NAME.match(stripped)
+        looks_like_call = match is not None and match.group("name") in names
+    else:
+        match = _PY_ATTEMPT.match(stripped)
+        looks_like_call = match is not None and _KEYWORD_START.match(match.group("rest")) is not None
+    if match is None or not looks_like_call:
+        return None  # prose that happens to look like a call: "Refund(s) processed for order W123 (total 10)"
+    name = match.group("name")
+    return f"the message looks like a Python-syntax call of {name!r} but does not parse (keyword literals only)"
+
+
+_FENCE = "```"
+_FENCE_LANG = re.compile(r"[\w+.-]*")
+
+
+def _fenced_body(stripped: str) -> str | None:
+    """The body of a fenced code block that is the whole message (```` ```lang ```` on the first line,
+    ```` ``` ```` closing it at the end, no other fence), or None."""
+    if len(stripped) < 7 or not (stripped.startswith(_FENCE) and stripped.endswith(_FENCE)):
+        return None
+    if stripped.count(_FENCE) != 2:
+        return None
+    header, newline, body = stripped[3:-3].partition("\n")
+    if not newline or not _FENCE_LANG.fullmatch(header.strip()):
+        return None
+    return body.strip()
+
+
+def _split_reasoning(text: str) -> tuple[str, str, bool]:
+    """``text`` split into its visible part, its reasoning (the ``<think>`` bodies, joined) and whether an
+    unclosed ``<think>`` ran to the end of the text. A ``<think>`` ends at the first ``</think>`` after it;
+    one never closed ends at the first ``<tool_call>`` after it (the calls are read), or else at the end.
+    A ``</think>`` left over (nested tags: ``<think><think></think>...</think>``) closes reasoning that ran
+    to it, so everything before the last one is reasoning too: a call inside it is never run.
+
+    One pass with ``str.find``, linear in the text: the last ``</think>`` is found once, so an unclosed
+    ``<think>`` never rescans the rest (thousands of them would otherwise be quadratic)."""
+    last_close = text.rfind(_THINK_CLOSE)
+    visible, reasoning, pos, unclosed = [], [], 0, False
+    while True:
+        start = text.find(_THINK_OPEN, pos)
+        if start < 0:
+            visible.append(text[pos:])
+            break
+        visible.append(text[pos:start])
+        body = start + len(_THINK_OPEN)
+        end = text.find(_THINK_CLOSE, body) if last_close >= body else -1
+        if end >= 0:
+            reasoning.append(text[body:end])
+            pos = end + len(_THINK_CLOSE)
+            continue
+        call = text.find(_OPEN_TAG, body)
+        if call >= 0:  # unclosed, but a call follows: the reasoning ends where the call starts
+            reasoning.append(text[body:call])
+            pos = call
+            continue
+        reasoning.append(text[body:])
+        unclosed = True
+        break
+    shown = "".join(visible)
+    if _THINK_CLOSE in shown:
+        shown = shown.rsplit(_THINK_CLOSE, 1)[1]
+    return shown, "\n".join(r.strip() for r in reasoning).strip(), unclosed
 
 
 def strip_reasoning(text: str) -> str:
-    """``text`` without its ``<think>`` blocks (the visible part that may hold calls or answers). A
-    ``</think>`` left over (nested tags: ``<think><think></think>...</think>``) closes reasoning that ran
-    to it, so everything before the last one is reasoning too: a call inside it is never run."""
-    visible = THINK_BLOCK.sub("", text)
-    if "</think>" in visible:
-        visible = visible.rsplit("</think>", 1)[1]
-    return visible
-
-
-def _strip_think_tags(block: str) -> str:
-    return block.removeprefix("<think>").removesuffix("</think>").strip()
+    """``text`` without its ``<think>`` blocks (the visible part that may hold calls or answers); see
+    :func:`_split_reasoning` for where a block ends."""
+    return _split_reasoning(text)[0]
 
 
 def _format_error(message: str, tool: str | None = None) -> CallError:

@@ -28,6 +28,7 @@ from .calls import (
     ToolCall,
     parse_calls,
     tool_calls_to_openai,
+    tool_names_of,
 )
 from .rewards import EpisodeRecord, reference_state_hash, score_episode
 from .spaces import UnicodeText
@@ -462,6 +463,13 @@ class ToolCallEnv(gym.Env[str, str]):
 
         return score_episode(task, record, expected_state_hash=expected, env=self, final_state_hash=final)
 
+    def offered_tool_names(self) -> frozenset[str]:
+        """The names of the tools this episode offers the agent (the ``info["tools"]`` it is shown: the
+        task's, else its backend's); what :func:`~envace_gym.calls.parse_calls` is given as declared."""
+        if self.task is not None and self.task.tools:
+            return tool_names_of(self.task.tools)
+        return tool_names_of(self.backend.tools) if self.backend is not None else frozenset()
+
     def build_info(self, results: list[ToolResult], errors: list[CallError]) -> dict[str, Any]:
         """The ``info`` dict of a reset or step (see the README for its keys)."""
         assert self.task is not None
@@ -616,7 +624,8 @@ class ToolCallEnv(gym.Env[str, str]):
         if len(action) > self.max_action_chars:
             msg = f"action is {len(action)} characters; the limit is {self.max_action_chars}"
             return ParsedAction("", [], []), CallError(ErrorCode.INVALID_TOOL_CALL_FORMAT, msg)
-        parsed = parse_calls(action)
+        # The declared tools decide whether prose that looks like a call ("Refund(s) processed ...") is one.
+        parsed = parse_calls(action, self.offered_tool_names())
         if parsed.is_answer and not parsed.content.strip():
             msg = "empty message: write a tool call or an answer for the user"
             return parsed, CallError(ErrorCode.INVALID_TOOL_CALL_FORMAT, msg)

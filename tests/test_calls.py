@@ -161,3 +161,94 @@ def test_huge_action_is_handled():
 def test_call_key_is_order_independent():
     assert ToolCall("f", {"a": 1, "b": 2}).key() == ToolCall("f", {"b": 2, "a": 1}).key()
     assert json.loads(ToolCall("f", {"a": 1}).key().split(":", 1)[1]) == {"a": 1}
+
+
+# ------------------------------------------------------------------ issue 21: answers that look like calls
+REFUND = "Refund(s) processed for order W123 (total 10)"
+RETAIL_TOOLS = {"get_order_details", "refund_order", "return_delivered_order_items"}
+
+
+def test_prose_that_looks_like_a_call_is_an_answer():
+    for tools in (RETAIL_TOOLS, None):  # declared tools given, or the conservative rule without them
+        parsed = parse_calls(REFUND, tools)
+        assert parsed.is_answer and parsed.content == REFUND, tools
+    # Parses as a call, but with a positional argument and a name no tool has: prose when tools are known.
+    assert parse_calls("Refund(s)", RETAIL_TOOLS).is_answer
+    assert parse_calls("Done(see above)", RETAIL_TOOLS).is_answer
+    # Prose naming no tool that was an error before: it opens "f(x", not keyword syntax.
+    assert parse_calls("f(x) is a function (really)").is_answer
+
+
+def test_a_broken_call_of_a_declared_tool_is_still_a_format_error():
+    broken = ['refund_order(order_id="W123", items=[1,)', "refund_order(order_id=)", "refund_order(1)"]
+    for text in [*broken, 'refund_order(order_id="W1']:  # the last one cut short, as at a token limit
+        parsed = parse_calls(text, RETAIL_TOOLS)
+        assert not parsed.calls and [e.code for e in parsed.errors] == [ErrorCode.INVALID_TOOL_CALL_FORMAT], text
+        assert "refund_order" in parsed.errors[0].message
+    # Without declared tools, keyword syntax that does not parse is still a broken call.
+    assert parse_calls('refund_order(order_id="W1", x=[1,)').errors
+    # A well-formed call stays a call whatever its name (TOOL_NOT_AVAILABLE downstream).
+    assert parse_calls('Refund(order_id="W1")', RETAIL_TOOLS).calls == [ToolCall("Refund", {"order_id": "W1"})]
+    # Bare JSON that names a tool and is broken is an error with or without declared tools.
+    assert parse_calls('{"name": "Refund", "arguments": {', RETAIL_TOOLS).errors
+
+
+def test_a_fenced_call_that_is_the_whole_message_is_a_call():
+    call = ToolCall("refund_order", {"order_id": "W123"})
+    for text in [
+        '```python\nrefund_order(order_id="W123")\n```',
+        '```\nrefund_order(order_id="W123")\n```',
+        '```json\n{"name": "refund_order", "arguments": {"order_id": "W123"}}\n```',
+        '  ```py\n[refund_order(order_id="W123")]\n```\n',
+    ]:
+        assert parse_calls(text, RETAIL_TOOLS).calls == [call], text
+    broken = parse_calls("```python\nrefund_order(order_id=\n```", RETAIL_TOOLS)
+    assert not broken.calls and broken.errors[0].code is ErrorCode.INVALID_TOOL_CALL_FORMAT
+    # A fence among prose, two fences, or a fence of ordinary code or JSON is an answer that shows code.
+    for text in [
+        'Run this:\n```python\nrefund_order(order_id="W123")\n```',
+        "```python\nf(a=1)\n```\n```python\ng(a=1)\n```",
+        "```python\nprint('hi')\nx = 1\n```",
+        "```python\nprint(x)\n```",
+        '```json\n{"temperature": 21}\n```',
+        '```python refund_order(order_id="W123")```',
+    ]:
+        for tools in (RETAIL_TOOLS, None):
+            parsed = parse_calls(text, tools)
+            assert parsed.is_answer and parsed.content == text.strip(), (text, tools)
+
+
+def test_an_unclosed_think_ends_at_a_tool_call():
+    text = '<think>I should look it up <tool_call>{"name": "get_order_details", "arguments": {}}</tool_call>'
+    parsed = parse_calls(text, RETAIL_TOOLS)
+    assert parsed.calls == [ToolCall("get_order_details", {})] and not parsed.errors
+    assert parsed.reasoning == "I should look it up"
+    # A closed <think> still hides every call inside it, a second one after it included.
+    closed = parse_calls('<think>x <tool_call>{"name": "f", "arguments": {}}</tool_call> y</think>Done.')
+    assert closed.is_answer and closed.content == "Done." and closed.calls == []
+
+
+def test_an_unclosed_think_with_only_prose_is_a_format_error_that_says_so():
+    for text in ["<think>The refund went through, total 10.", "Sure.<think>The refund went through", "<think>"]:
+        parsed = parse_calls(text, RETAIL_TOOLS)
+        assert not parsed.calls and [e.code for e in parsed.errors] == [ErrorCode.INVALID_TOOL_CALL_FORMAT], text
+        assert "never closes" in parsed.errors[0].message and "</think>" in parsed.errors[0].message
+    assert "refund went through" in parse_calls("<think>The refund went through").reasoning
+    # A call before the unclosed reasoning runs; the trailing reasoning is only reasoning.
+    before = parse_calls('<tool_call>{"name": "f", "arguments": {}}</tool_call><think>next I will')
+    assert before.calls == [ToolCall("f", {})] and not before.errors
+
+
+def test_many_unclosed_thinks_parse_in_linear_time():
+    import time
+
+    t0 = time.perf_counter()
+    parsed = parse_calls("<think>a<tool_call>" * 20_000)
+    assert time.perf_counter() - t0 < 2.0 and parsed.errors and not parsed.calls
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200), st.sets(identifiers, max_size=3) | st.none())
+def test_any_string_with_tool_names_parses_without_raising(text, tools):
+    parsed = parse_calls(text, tools)
+    assert isinstance(parsed.content, str) and all(isinstance(c, ToolCall) for c in parsed.calls)

@@ -160,3 +160,27 @@ def test_bad_constructor_arguments():
         ToolCallEnv(suite="builtin/bank", split="dev")
     with pytest.raises(ValueError, match="unknown backend"):
         ToolCallEnv(backend="imaginary")
+
+
+def test_prose_that_looks_like_a_call_ends_the_episode_as_an_answer(env):
+    # Issue 21: "Put(s) ... (...)" is read as a broken Python-syntax call only when it names a declared tool.
+    env.reset(options={"task_id": "kv-1"})
+    text = "Refund(s) processed for order W123 (total 10)"
+    obs, reward, term, trunc, info = env.step(text)
+    assert term and info["errors"] == [] and "INVALID_TOOL_CALL_FORMAT" not in obs
+    assert env.unwrapped.record.turn_answers == [text]
+
+
+def test_a_broken_python_call_of_a_declared_tool_is_a_format_error(env):
+    env.reset(options={"task_id": "kv-1"})
+    obs, reward, term, trunc, info = env.step('put(key="a", value=')
+    assert not term and [e["code"] for e in info["errors"]] == ["INVALID_TOOL_CALL_FORMAT"] and "'put'" in obs
+
+
+def test_unclosed_think_runs_the_call_after_it_or_says_why_nothing_was_read(env):
+    env.reset(options={"task_id": "kv-1"})
+    obs, reward, term, trunc, info = env.step("<think>store it first " + put("a", 7))
+    assert info["tool_results"][0]["ok"] and env.unwrapped.backend.state()["data"]["a"] == 7
+    obs, reward, term, trunc, info = env.step("<think>The value of a is 7.")
+    assert not term and [e["code"] for e in info["errors"]] == ["INVALID_TOOL_CALL_FORMAT"]
+    assert "never closes it" in obs

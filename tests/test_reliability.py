@@ -577,9 +577,9 @@ def test_tau2_parses_a_step_once_and_an_overlong_action_never(monkeypatch):
     parses = []
     real = core_env.parse_calls
 
-    def counting(text):
+    def counting(text, *args, **kwargs):
         parses.append(len(text))
-        return real(text)
+        return real(text, *args, **kwargs)
 
     monkeypatch.setattr(core_env, "parse_calls", counting)
     monkeypatch.setattr(tau2_env, "parse_calls", counting)

@@ -412,3 +412,26 @@ def test_calculate_matches_tau2_without_eval():
             calculate(bad)
     env = new_environment("airline")
     assert env.tools.use_tool("calculate", expression="1.5 * 4") == "6.0"
+
+
+class _ProseUser:
+    """Replies with prose that looks like a Python call (issue 21), then stops."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def reply(self, messages, tools):
+        self.calls += 1
+        return "Hi, I need a task created." if self.calls == 1 else "Thanks(a lot) ###STOP### (bye)"
+
+
+def test_prose_that_looks_like_a_call_reaches_the_other_side_as_text():
+    env = make("mock", user=_ProseUser())
+    env.reset(options={"task_id": "mock-create_task_1"})
+    text = "Task(s) created for user_1 (total 1)"
+    obs, _, terminated, _, info = env.step(text)
+    # The agent's message went to the user as text (tau2's COMMUNICATE reads it), not a format error ...
+    assert info["errors"] == [] and (env.log.messages[-2].role, env.log.messages[-2].text) == ("assistant", text)
+    # ... and the user's reply reached the agent as text, not as a broken user tool call.
+    assert terminated and obs == "Thanks(a lot) ###STOP### (bye)"
+    assert info["tau2"]["termination"] == "user_stop"

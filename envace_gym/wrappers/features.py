@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from ..calls import parse_calls
+from ..calls import parse_calls, tool_names_of
 
 __all__ = ["FeatureObservation", "hashed_ngrams", "history_fields"]
 
@@ -47,8 +47,8 @@ def hashed_ngrams(fields: Iterable[tuple[str, str]], dim: int, n: int = 2) -> np
     return out
 
 
-def _slot_text(text: str) -> str:
-    parsed = parse_calls(text)
+def _slot_text(text: str, tool_names: frozenset[str] | None = None) -> str:
+    parsed = parse_calls(text, tool_names)
     if parsed.calls:
         call = parsed.calls[0]
         return f"call {call.name} " + " ".join(sorted(call.arguments))
@@ -56,9 +56,13 @@ def _slot_text(text: str) -> str:
 
 
 def history_fields(
-    messages: Sequence[dict[str, Any]], candidates: Sequence[str] | None = None, mask: Sequence[bool] | None = None
+    messages: Sequence[dict[str, Any]],
+    candidates: Sequence[str] | None = None,
+    mask: Sequence[bool] | None = None,
+    tool_names: frozenset[str] | None = None,
 ) -> list[tuple[str, str]]:
-    """The ``(field, text)`` parts an observation hashes (see the module docstring)."""
+    """The ``(field, text)`` parts an observation hashes (see the module docstring). ``tool_names``: the
+    declared tools, so that a candidate that only looks like a call is hashed as an answer."""
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     user = str(messages[last_user].get("content") or "") if last_user >= 0 else ""
     results = [str(m.get("content") or "") for m in messages[last_user + 1 :] if m.get("role") == "tool"]
@@ -68,7 +72,7 @@ def history_fields(
     if candidates is not None:
         for i, text in enumerate(candidates):
             real = mask is None or bool(mask[i])
-            fields.append((f"slot{i}", _slot_text(text) if real else "<pad>"))
+            fields.append((f"slot{i}", _slot_text(text, tool_names) if real else "<pad>"))
     return fields
 
 
@@ -108,7 +112,9 @@ class FeatureObservation(gym.Wrapper):
     def features(self, info: dict[str, Any]) -> np.ndarray:
         """The observation for a state described by ``info`` (``messages``, optionally ``candidates``)."""
         candidates = info.get("candidates") if self.slots else None
-        fields = history_fields(info.get("messages", []), candidates, info.get("action_mask"))
+        tools = info.get("tools")
+        names = tool_names_of(tools) if tools is not None else None
+        fields = history_fields(info.get("messages", []), candidates, info.get("action_mask"), names)
         out = hashed_ngrams(fields, self.dim, self.ngram)
         if self.embed is not None:  # of the latest user turn: what is asked, in words n-grams may not share
             vec = np.asarray(self.embed(fields[0][1]), dtype=np.float32)

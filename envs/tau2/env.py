@@ -23,6 +23,7 @@ from envace_gym.calls import (
     format_calls,
     parse_calls,
     tool_calls_to_openai,
+    tool_names_of,
 )
 from envace_gym.env import ToolCallEnv
 from envace_gym.tasks import Task, TaskSuite
@@ -248,7 +249,7 @@ class Tau2Env(ToolCallEnv):
                 self._result_info["user_error"] = f"{type(exc).__name__}: {exc}"
                 return "", "user_error"
             text = raw if isinstance(raw, str) else str(getattr(raw, "text", raw))
-            parsed = parse_calls(text)
+            parsed = parse_calls(text, tool_names_of(self.user_tools))  # the user's own tools (telecom)
             if not (parsed.calls or parsed.errors):
                 visible = parsed.content
                 if not visible.strip():
