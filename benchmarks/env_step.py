@@ -39,7 +39,9 @@ import argparse
 import dataclasses
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -155,6 +157,25 @@ def run(path: str, policy_name: str, args: argparse.Namespace) -> dict[str, Any]
     }
 
 
+def docs_table(result: dict[str, Any]) -> str:
+    """The Markdown table of ``docs/benchmarks.md`` from this script's ``--json`` output: steps/s of the
+    old and the current path by policy, and their ratio."""
+    lines = ["| policy | old path (steps/s) | current (steps/s) | current / old |", "|---|---|---|---|"]
+    for row in result["results"]:
+        old, new = row["old"]["steps_per_s"], row["new"]["steps_per_s"]
+        lines.append(f"| {row['policy']} | {old:,} | {new:,} | {row['ratio']}x |")
+    return "\n".join(lines)
+
+
+def write_docs(path: str) -> None:
+    """Rewrite the env-step block of ``docs/benchmarks.md`` from a ``--json`` output file; run nothing."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _docs import write_block
+
+    changed = write_block("benchmarks.md", "env-step", docs_table(json.loads(Path(path).read_text())))
+    print(f"docs/benchmarks.md: env-step {'rewritten' if changed else 'unchanged'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20_000, help="timed steps per run (at most)")
@@ -169,7 +190,16 @@ def main() -> None:
     parser.add_argument("--wrapped", action="store_true", help="step gym.make's wrappers, not .unwrapped")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    parser.add_argument(
+        "--write-docs",
+        metavar="RESULT.json",
+        help="measure nothing: rewrite docs/benchmarks.md's env-step table from a saved --json output "
+        "(run with --prewarm --json > FILE first)",
+    )
     args = parser.parse_args()
+    if args.write_docs:
+        write_docs(args.write_docs)
+        return
 
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for _ in range(args.repeat):

@@ -391,6 +391,22 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def write_docs(paths: list[str], block: str = "learning-cpu") -> str:
+    """Rewrite the ``block`` table of ``docs/learning.md`` from ``results.json`` files (the ones kept under
+    ``docs/``); an arm in several files is taken from the last. Trains nothing; returns the table."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _docs import write_block
+
+    arms: dict[str, Any] = {}
+    for path in paths:
+        arms.update(json.loads(Path(path).read_text())["arms"])
+    results = {name: arms[name] for name in [*ARMS, *sorted(set(arms) - set(ARMS))] if name in arms}
+    text = table(results)
+    changed = write_block("learning.md", block, text)
+    print(f"docs/learning.md: {block} {'rewritten' if changed else 'unchanged'}")
+    return text
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="the GPU-sized setting")
@@ -403,6 +419,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=1, help="(arm, seed) runs in parallel processes")
     parser.add_argument("--resume", action="store_true", help="keep finished (arm, seed) runs of --out")
     parser.add_argument("--report-only", action="store_true", help="train nothing: tabulate the finished runs of --out")
+    parser.add_argument(
+        "--write-docs",
+        nargs="+",
+        metavar="RESULTS.json",
+        help="train nothing: rewrite docs/learning.md's CPU table from results files, an arm in several from the "
+        "last (e.g. docs/learning_cpu_2026-12-04.json docs/learning_cpu_2026-12-05.json)",
+    )
     for key, value in DEFAULT.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=None, help=f"default {value}")
     args = parser.parse_args(argv)
@@ -427,6 +450,8 @@ def _child_argv(args, name: str, seed: int, start: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.write_docs:
+        return {"table": write_docs(args.write_docs)}
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     seeds = [int(s) for s in str(args.seeds).split(",")]
     out = Path(args.out)

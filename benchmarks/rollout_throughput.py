@@ -363,6 +363,65 @@ def write_json(out: str | None, name: str, result: dict[str, Any]) -> None:
     print(f"wrote {path / name}")
 
 
+#: (row label, run in the JSON file, mode of a rehearsal run) of the before/after table in docs/benchmarks.md.
+DOCS_GROUPS = (
+    ("real calls ({turns} turns x {actor_tokens} tokens)", "rollout_default", None),
+    (
+        "imagined, prompted ({turns} turns x {actor_tokens} actor + {result_tokens} env-role tokens)",
+        "rehearsal_default",
+        "prompted",
+    ),
+    ("imagined, inline", "rehearsal_default", "inline"),
+)
+
+
+def _round(x: float, step: str) -> str:
+    """``x`` to ``step`` with halves rounded up (7.25 -> 7.3), as the figures were written by hand."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return str(Decimal(str(x)).quantize(Decimal(step), rounding=ROUND_HALF_UP))
+
+
+def before_after_table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The Markdown table of ``docs/benchmarks.md`` comparing two result files (each ``{"runs":
+    {"rollout_default": <this script's JSON>, "rehearsal_default": <rehearsal_throughput.py's>}}``): ours /
+    raw and ours / naive per workload and env count, the largest count of the after figures in bold."""
+    lines = [
+        "| workload | envs | ours / raw, before | ours / raw, after | ours / naive, before | ours / naive, after |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, run, mode in DOCS_GROUPS:
+        b, a = before["runs"][run], after["runs"][run]
+        b_rows = b["modes"][mode]["rows"] if mode else b["rows"]
+        a_rows = {r["envs"]: r for r in (a["modes"][mode]["rows"] if mode else a["rows"])}
+        top = max(a_rows)
+        for i, row in enumerate(b_rows):
+            new = a_rows[row["envs"]]
+            after_raw = _round(new["ours_vs_raw"], "0.01")
+            cells = [
+                label.format(**a["workload"]) if i == 0 else "",
+                str(row["envs"]),
+                _round(row["ours_vs_raw"], "0.01"),
+                f"**{after_raw}**" if row["envs"] == top else after_raw,
+                _round(row["ours_vs_naive"], "0.1") + "x",
+                _round(new["ours_vs_naive"], "0.1") + "x",
+            ]
+            lines.append("|" + "|".join(f" {c} " if c else " " for c in cells) + "|")
+    return "\n".join(lines)
+
+
+def write_docs(before_path: str, after_path: str) -> None:
+    """Rewrite the before/after block of ``docs/benchmarks.md`` from two result files; run nothing."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _docs import write_block
+
+    before, after = (json.loads(Path(p).read_text()) for p in (before_path, after_path))
+    changed = write_block("benchmarks.md", "throughput-before-after", before_after_table(before, after))
+    print(f"docs/benchmarks.md: throughput-before-after {'rewritten' if changed else 'unchanged'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", default="default", help="default | tiny | ckpt:DIR | hf:PATH")
@@ -374,7 +433,17 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write rollout_throughput.json into this directory")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--write-docs",
+        nargs=2,
+        metavar=("BEFORE.json", "AFTER.json"),
+        help="measure nothing: rewrite docs/benchmarks.md's before/after table from two result files "
+        "(e.g. docs/throughput_before_2026-12-05.json docs/throughput_after_2026-12-05.json)",
+    )
     args = parser.parse_args()
+    if args.write_docs:
+        write_docs(*args.write_docs)
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     workload = Workload(turns=args.turns or (2 if args.quick else 3), actor_tokens=args.actor_tokens)

@@ -20,7 +20,7 @@ from .env import ToolCallEnv
 from .registration import BUILTIN_DOMAINS, register_all
 from .rehearsal import EnvRoleSample, ImagineRequest, SelfRehearsalEnv
 from .rewards import register_reward_basis
-from .suites import load_suite, register_suite, suite_names
+from .suites import SuiteInfo, load_suite, register_suite, suite_info, suite_names
 from .tasks import RefCall, RefTurn, Task, TaskFormatError, TaskSuite
 from .tools import SchemaError, ToolSpec
 from .vector import ToolCallVectorEnv
@@ -68,6 +68,8 @@ __all__ = [
     "parse_calls",
     "load_suite",
     "register_suite",
+    "SuiteInfo",
+    "suite_info",
     "suite_names",
     "RefCall",
     "RefTurn",

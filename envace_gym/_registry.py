@@ -23,6 +23,9 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = entry
 
+    def discard(self, name: str) -> None:
+        self._entries.pop(name, None)
+
     def names(self) -> list[str]:
         return sorted(self._entries)
 

@@ -155,6 +155,28 @@ def test_config_from_toml_and_clear_errors(tmp_path):
         EnvACEConfig(backend="real", real_fraction=0.5)
 
 
+def test_default_lr_by_model_size_and_an_unset_lr_is_resolved_by_the_trainer(tmp_path):
+    from envace_gym.agents.train.config import default_lr
+    from envace_gym.agents.train.envace import _resolve_lr
+
+    assert default_lr(134_515_008) == 2e-5  # the embedded SmolLM2-135M
+    assert default_lr(1_000_000_000) == 2e-5 and default_lr(1_000_000_001) == 1e-6
+    assert default_lr(7_000_000_000) == 1e-6
+    with pytest.raises(ValueError, match="num_parameters"):
+        default_lr(0)
+    assert EnvACEConfig().lr is None  # "auto"
+    with pytest.raises(ValueError, match="--lr"):
+        EnvACEConfig(lr=0.0)
+    model = torch.nn.Linear(1000, 1000)  # 1,001,000 parameters
+    cfg, why = _resolve_lr(EnvACEConfig(), model, None)
+    assert (cfg.lr, why) == (2e-5, "chosen for a 1M-parameter model")
+    (tmp_path / "config.toml").write_text("lr = 0.003\nsteps = 3\n")
+    cfg, why = _resolve_lr(EnvACEConfig(steps=5), model, tmp_path)  # resumed: the run's own rate
+    assert (cfg.lr, cfg.steps) == (0.003, 5) and "resumed" in why
+    (tmp_path / "config.toml").write_text("steps = 3\n")  # an older run folder without lr: by size
+    assert _resolve_lr(EnvACEConfig(), model, tmp_path)[0].lr == 2e-5
+
+
 def test_checklist_reward_replaces_the_env_reward(toy):
     make, start, _ = toy
     asked = []
@@ -179,11 +201,20 @@ def test_envace_train_cli_writes_metrics_checkpoint_plot_and_resumes(tmp_path, c
     argv = ["train", "--env", "EnvACE-ToolCall-v0", "--policy", "tiny", "--backend", "self", "--steps", "2"]
     argv += ["--group-size", "2", "--out", str(out), "--no-progress"]
     assert main(argv) == 0
+    # no --lr: chosen by the model's size (the tiny model: 3.2M parameters), said once, and recorded
+    assert "lr 2e-05 (chosen for a 3M-parameter model; set --lr to override)" in capsys.readouterr().out.splitlines()
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
     assert (out / "ckpt-2" / "model.safetensors").exists() and (out / "learning_curve.png").exists()
     assert 'backend = "self"' in (out / "config.toml").read_text()
+    assert "lr = 2e-05" in (out / "config.toml").read_text().splitlines()
+    (out / "config.toml").write_text((out / "config.toml").read_text().replace("lr = 2e-05", "lr = 0.001"))
     argv[argv.index("2")] = "3"  # --steps 3
     assert main([*argv, "--resume"]) == 0
+    # a resumed run keeps the rate its config.toml records (here as if it had been started with --lr 1e-3)
+    said = capsys.readouterr().out
+    assert f"lr 0.001 (the resumed run's, from {out / 'config.toml'}; set --lr to override)" in said.splitlines()
+    assert "with changed settings: steps\n" in said  # not lr
+    assert "lr = 0.001" in (out / "config.toml").read_text().splitlines()
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
     assert (out / "ckpt-3").exists()

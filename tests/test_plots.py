@@ -48,3 +48,50 @@ def test_bad_metrics_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"bad.jsonl:2: not JSON"):
         plot_learning_curve(bad, tmp_path / "b.png")
     assert not (tmp_path / "b.png").exists()
+
+
+def _bars(fig):
+    from matplotlib.patches import Rectangle
+
+    return [p for p in fig.axes[0].patches if isinstance(p, Rectangle)]
+
+
+def test_plot_by_domain_draws_each_domains_success_and_the_overall_with_wilson_intervals(tmp_path):
+    from envace_gym.agents.eval.plots import plot_by_domain
+    from envace_gym.agents.eval.stats import wilson_interval
+
+    by_domain = {"bank": {"success_rate": 0.75, "episodes": 8}, "files": {"success_rate": 0.25, "episodes": 4}}
+    summary = {"by_domain": by_domain, "success_rate": 7 / 12, "episodes": 12, "policy": "oracle"}
+    summary |= {"suite": "builtin", "split": "test", "backend": "real"}
+    fig = plot_by_domain(summary, tmp_path / "p" / "by_domain.png")
+    assert (tmp_path / "p" / "by_domain.png").read_bytes().startswith(PNG_MAGIC)
+    assert [b.get_height() for b in _bars(fig)] == [0.75, 0.25, 7 / 12]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["bank", "files", "all"]
+    assert fig.axes[0].get_title() == "oracle on builtin (split=test, backend=real)"
+    # the error bar of "files" spans its Wilson interval (1 success of 4)
+    lo, hi = wilson_interval(1, 4)
+    from matplotlib.container import ErrorbarContainer
+
+    errorbar = next(c for c in fig.axes[0].containers if isinstance(c, ErrorbarContainer))
+    (_, bottom), (_, top) = errorbar.lines[2][0].get_segments()[1]
+    assert (bottom, top) == (pytest.approx(lo), pytest.approx(hi))
+
+
+def test_envace_eval_plot_writes_the_summarys_rates_and_needs_out(tmp_path, capsys, monkeypatch):
+    import envace_gym.agents.eval.plots as plots
+    from envace_gym.cli import main
+
+    drawn = []
+    real = plots.plot_by_domain
+    monkeypatch.setattr(plots, "plot_by_domain", lambda summary, out: drawn.append(real(summary, out)) or drawn[-1])
+    argv = ["eval", "--suite", "builtin", "--policy", "random", "--episodes", "8", "--seed", "3", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path), "--plot", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["plot"] == str(tmp_path / "eval_by_domain.png")
+    assert (tmp_path / "eval_by_domain.png").read_bytes().startswith(PNG_MAGIC)
+    expected = [s["success_rate"] for s in summary["by_domain"].values()] + [summary["success_rate"]]
+    assert [b.get_height() for b in _bars(drawn[0])] == expected and len(expected) == 5
+    assert main([*argv, "--plot"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "envace: error: --plot writes eval_by_domain.png into the --out folder: give --out DIR"
+    )

@@ -2,8 +2,9 @@
 
 Each field is a flag of ``envace train`` and a key of its ``config.toml``. The defaults are the reference
 code's (Within-yao/EnvACE run script): group 4, mean-centred role-wise GRPO, clip 0.2 / dual-clip 3.0, one
-PPO epoch, KL off, invalid-output penalty 0.1, lr 1e-6 (for 7B models; the embedded 135M model needs a
-larger one, e.g. 2e-5, see the README).
+PPO epoch, KL off, invalid-output penalty 0.1; except the learning rate, which by default is chosen by the
+model's size (:func:`default_lr`): the reference code's 1e-6 is for 7B models, and the embedded 135M model
+needs a larger one.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "SCALE_REWARDS",
     "EnvACEConfig",
     "config_to_toml",
+    "default_lr",
     "load_config",
     "read_config_values",
 ]
@@ -34,6 +36,30 @@ BACKENDS = (*SELF_KINDS, "real", "simulator")
 REWARDS = ("env", "checklist")
 SCALE_REWARDS = ("none", "group")
 ENV_ROLE_REWARDS = ("task", "fidelity", "mix")
+
+#: :func:`default_lr`'s thresholds: models of at most this many parameters get :data:`SMALL_MODEL_LR`.
+SMALL_MODEL_PARAMS = 1_000_000_000
+#: The learning rate of the demo and of ``benchmarks/learning.py`` for the embedded 135M model (SmolLM2-135M).
+SMALL_MODEL_LR = 2e-5
+#: The reference code's learning rate (Within-yao/EnvACE run script), for its 7B models.
+LARGE_MODEL_LR = 1e-6
+
+
+def default_lr(num_parameters: int) -> float:
+    """The learning rate ``EnvACEConfig(lr=None)`` resolves to for a model of ``num_parameters`` weights.
+
+    * at most 1B parameters (:data:`SMALL_MODEL_PARAMS`): 2e-5, the setting of the demo and of the learning
+      benchmark (``benchmarks/learning.py``'s default, docs/learning.md) for the embedded 135M model. It was
+      chosen a priori, not tuned (the one-GPU ``--full`` setting of that benchmark uses 1e-5);
+    * above: 1e-6, the reference code's (Within-yao/EnvACE run script) for its 7B models.
+
+    Nothing between 135M and 7B was measured: the 1B cut is where the two settings' regimes meet, not a
+    finding; set ``lr`` (``--lr``) for a model in between or for LoRA adapters (which usually want a larger
+    one: the warm-start recipe's LoRA SFT uses 1e-3).
+    """
+    if num_parameters <= 0:
+        raise ValueError(f"num_parameters must be > 0, got {num_parameters}")
+    return SMALL_MODEL_LR if num_parameters <= SMALL_MODEL_PARAMS else LARGE_MODEL_LR
 
 
 @dataclass
@@ -120,7 +146,13 @@ class EnvACEConfig:
         },
     )
     # ---- the objective
-    lr: float = field(default=1e-6, metadata={"help": "AdamW learning rate"})
+    lr: float | None = field(
+        default=None,
+        metadata={
+            "help": "AdamW learning rate; default: by the model's size, 2e-5 up to 1B parameters (the embedded "
+            "135M model's), 1e-6 above (the reference code's, for 7B); a resumed run keeps its own"
+        },
+    )
     warmup_steps: int = field(default=0, metadata={"help": "linear learning-rate warm-up steps"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     grad_clip: float = field(default=1.0, metadata={"help": "gradient-norm clipping"})
@@ -191,7 +223,7 @@ class EnvACEConfig:
             "tasks_per_step": self.tasks_per_step >= 1,
             "group_size": self.group_size >= 1,
             "filter_groups": self.filter_groups >= 0,
-            "lr": self.lr > 0,
+            "lr": self.lr is None or self.lr > 0,
             "warmup_steps": self.warmup_steps >= 0,
             "weight_decay": self.weight_decay >= 0,
             "grad_clip": self.grad_clip > 0,

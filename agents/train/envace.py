@@ -25,6 +25,7 @@ whole step's token count), and rank 0 writes metrics and checkpoints.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -47,7 +48,7 @@ from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal.prompt import is_result_shaped
 
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import EnvACEConfig, config_to_toml
+from .config import EnvACEConfig, config_to_toml, default_lr
 from .objective import Sample, build_samples, collate, compute_advantages, grounding_loss, micro_batches, sample_loss
 
 __all__ = ["EnvACETrainer", "train_envace", "CALL_METRICS"]
@@ -147,9 +148,13 @@ class EnvACETrainer:
         resume: bool = False,
         progress: bool = True,
     ) -> None:
-        self.policy, self.cfg, self.progress = policy, config, progress
         self.dist = _Dist()
         self.out = Path(out_dir) if out_dir is not None else None
+        #: Why the learning rate is what it is, when ``config.lr`` was None (left to the trainer); else None.
+        self.lr_choice: str | None = None
+        if config.lr is None:
+            config, self.lr_choice = _resolve_lr(config, policy.model, self.out if resume else None)
+        self.policy, self.cfg, self.progress = policy, config, progress
         cfg = config
         torch.manual_seed(cfg.seed)
         if cfg.lora:
@@ -607,6 +612,21 @@ def _frozen(model: Any) -> Any:
     for p in clone.parameters():
         p.requires_grad_(False)
     return clone
+
+
+def _resolve_lr(cfg: EnvACEConfig, model: Any, resumed_out: Path | None) -> tuple[EnvACEConfig, str]:
+    """``cfg`` with its learning rate filled in, and why: a resumed run's own (its ``config.toml`` records the
+    rate it started with), else :func:`~.config.default_lr` of the model's parameter count."""
+    import tomllib
+
+    old = resumed_out / "config.toml" if resumed_out is not None else None
+    if old is not None and old.is_file():
+        lr = tomllib.loads(old.read_text()).get("lr")
+        if isinstance(lr, int | float) and lr > 0:
+            return dataclasses.replace(cfg, lr=float(lr)), f"the resumed run's, from {old}"
+    n = sum(p.numel() for p in model.parameters())
+    size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{round(n / 1e6)}M" if n >= 1e6 else f"{n:,}"
+    return dataclasses.replace(cfg, lr=default_lr(n)), f"chosen for a {size}-parameter model"
 
 
 def _changed_keys(old_toml: str, new_toml: str) -> list[str]:

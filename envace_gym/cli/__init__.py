@@ -19,8 +19,9 @@ Configs drive the CLI. A command is a module here with
   wins over the file and the file over the dataclass default.
 
 and one line in :data:`COMMANDS` (name -> module, one-line help). Modules are imported only when their
-command runs, so ``envace list`` does not import torch. For example ``envace train`` is ``train_cmd.py`` with
-``CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs)`` and a ``run``.
+command runs, so ``envace list`` imports neither torch nor transformers (:func:`.common.hf_argparser`).
+For example ``envace train`` is ``train_cmd.py`` with ``CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig,
+RunArgs)`` and a ``run``.
 
 User errors (an unknown env, suite, policy or backend, a bad task file, a ``ValueError`` from a config
 check) print one ``envace: error: ...`` line on stderr and exit with status 2; ``ENVACE_DEBUG=1`` re-raises
@@ -39,7 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from ..tasks import TaskFormatError
-from .common import UserError, adjust_parser, configs_from_namespace
+from .common import UserError, adjust_parser, configs_from_namespace, hf_argparser
 
 __all__ = ["COMMANDS", "build_parser", "command_parser", "main", "parse"]
 
@@ -60,7 +61,7 @@ def command_module(name: str) -> ModuleType:
 
 def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The ``envace`` parser; the flags of ``commands`` (default: all) are built, the others are names only."""
-    from transformers import HfArgumentParser
+    HfArgumentParser = hf_argparser().HfArgumentParser  # noqa: N806  (a class)
 
     built = set(COMMANDS if commands is None else commands)
     parser = argparse.ArgumentParser(prog="envace", description="EnvACE gym: tool-calling environments for RL.")

@@ -9,19 +9,24 @@ in its ``CONFIGS``. Every field carries its help text in ``metadata["help"]`` an
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
+import sys
 from argparse import SUPPRESS, ArgumentParser, Namespace, _StoreFalseAction
 from dataclasses import dataclass, field
+from functools import cache
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, get_type_hints
 
 import gymnasium as gym
-from transformers import HfArgumentParser
-from transformers.hf_argparser import string_to_bool
 
 from ..backends.spec import BackendSpec, parse_backend_spec
 from ..compose import make_env
 from ..rehearsal.protocol import Imaginer
 
 if TYPE_CHECKING:  # the agents load torch: imported where a command runs
+    from transformers import HfArgumentParser
+
     from envace_gym.agents.lm.policy import LMPolicy
 
 __all__ = [
@@ -35,6 +40,7 @@ __all__ = [
     "check_lm_policy",
     "configs_from_namespace",
     "env_ids",
+    "hf_argparser",
     "is_lm_spec",
     "load_lm",
     "make_imaginer",
@@ -188,10 +194,44 @@ class SamplingArgs:
 
 
 # ------------------------------------------------------------------------------------- dataclass <-> flags
+def hf_argparser() -> ModuleType:
+    """``transformers.hf_argparser`` (``HfArgumentParser``, ``string_to_bool``), without importing
+    ``transformers`` where it is not loaded yet.
+
+    Importing the ``transformers`` package takes 0.5-0.9 s here (its ``__init__`` and dependency version
+    checks), longer than ``envace list`` has to run; ``hf_argparser.py`` itself needs only the standard
+    library and PyYAML, so it is loaded from its file on its own. Once ``transformers`` is loaded (any
+    command that loads a model), its own module is used."""
+    if "transformers" in sys.modules:
+        return importlib.import_module("transformers.hf_argparser")
+    return _standalone_hf_argparser()
+
+
+@cache
+def _standalone_hf_argparser() -> ModuleType:
+    spec = importlib.util.find_spec("transformers")  # a top-level package: found, not imported
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    path = next((f"{loc}/hf_argparser.py" for loc in locations), None)
+    file_spec = importlib.util.spec_from_file_location("envace_gym.cli._hf_argparser", path) if path else None
+    if file_spec is None or file_spec.loader is None:  # an unusual install: the ordinary import
+        return importlib.import_module("transformers.hf_argparser")
+    module = importlib.util.module_from_spec(file_spec)
+    sys.modules[file_spec.name] = module  # dataclasses and typing look the module up by name
+    file_spec.loader.exec_module(module)
+    return module
+
+
+def _is_string_to_bool(converter: Any) -> bool:
+    """Whether ``converter`` is ``string_to_bool`` of either copy of ``hf_argparser`` (see :func:`hf_argparser`)."""
+    return getattr(converter, "__name__", None) == "string_to_bool" and "hf_argparser" in getattr(
+        converter, "__module__", ""
+    )
+
+
 def _bool_or_str(value: str) -> bool | str:
     """For ``bool | str`` fields (``SFTConfig.bf16 = "auto"``): yes/no-like words are booleans, others stay text."""
     try:
-        return string_to_bool(value)
+        return hf_argparser().string_to_bool(value)
     except Exception:
         return value
 
@@ -222,7 +262,7 @@ def adjust_parser(parser: HfArgumentParser) -> HfArgumentParser:
         hints = get_type_hints(dtype)
         text_bools |= {name for name, hint in hints.items() if getattr(hint, "__args__", None) == (bool, str)}
     for action in parser._actions:
-        if action.dest in text_bools and action.type is string_to_bool:
+        if action.dest in text_bools and _is_string_to_bool(action.type):
             action.type = _bool_or_str
         # Usage and help show the README's spelling first (--max-turns; --max_turns works too).
         action.option_strings.sort(key=lambda opt: "_" in opt)

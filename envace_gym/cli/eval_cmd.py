@@ -25,7 +25,10 @@ from .common import (
     make_imaginer,
 )
 
-__all__ = ["CONFIGS", "EvalArgs", "run"]
+__all__ = ["CONFIGS", "PLOT_FILE", "EvalArgs", "run"]
+
+#: ``--plot``'s chart, in ``--out``.
+PLOT_FILE = "eval_by_domain.png"
 
 if TYPE_CHECKING:  # the agents load torch: imported where the command runs
     from envace_gym.agents.lm.policy import LMPolicy
@@ -71,6 +74,13 @@ class EvalArgs:
             "judge (the policy's own verdict among the rehearsals)"
         },
     )
+    plot: bool = field(
+        default=False,
+        metadata={
+            "help": f"write a bar chart of the success rate by domain and overall, with 95 percent Wilson "
+            f"intervals, to OUT/{PLOT_FILE} (needs --out)"
+        },
+    )
 
     def __post_init__(self) -> None:
         from envace_gym.agents.scripted import SCRIPTED_POLICIES
@@ -104,6 +114,8 @@ class EvalArgs:
             raise ValueError("--rehearsal-use select needs --rehearsal-budget (rehearsals to choose from)")
         if self.rehearsal_choose != "agreement" and self.rehearsal_use != "select":
             raise ValueError("--rehearsal-choose applies to --rehearsal-use select")
+        if self.plot and not self.out:
+            raise ValueError(f"--plot writes {PLOT_FILE} into the --out folder: give --out DIR")
 
     def rehearsal(self, policy: LMPolicy, seed: int) -> LMPolicy | PrivateRehearsal:
         """``policy`` wrapped in :class:`~envace_gym.agents.rehearsal.PrivateRehearsal` when a budget is given."""
@@ -178,6 +190,11 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
 
             save_trajectories(report.trajectories, Path(args.out) / "trajectories.jsonl")
         summary["out"] = str(Path(args.out))
+        if args.plot:
+            from envace_gym.agents.eval.plots import plot_by_domain
+
+            plot_by_domain(summary, Path(args.out) / PLOT_FILE)
+            summary["plot"] = str(Path(args.out) / PLOT_FILE)
     if run_args.json:
         print(json.dumps(summary))
     else:
@@ -217,3 +234,5 @@ def _print_summary(summary: dict[str, Any]) -> None:
     Console().print(line)
     if "out" in summary:
         Console().print(f"episodes written to {summary['out']}/episodes.jsonl")
+    if "plot" in summary:
+        Console().print(f"success by domain plotted in {summary['plot']}")

@@ -8,6 +8,7 @@ a TOML config) and every field of :class:`~envace_gym.agents.train.config.EnvACE
 from __future__ import annotations
 
 import json
+import sys
 from argparse import Namespace
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,11 +60,18 @@ def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: Ru
     trainer = EnvACETrainer(
         policy, env_args.make_env, cfg, args.out, simulator=simulator, resume=args.resume, progress=run_args.progress
     )
+    if trainer.lr_choice and trainer.dist.main:
+        # stderr under --json: stdout holds the one JSON object
+        print(
+            f"lr {trainer.cfg.lr:g} ({trainer.lr_choice}; set --lr to override)",
+            file=sys.stderr if run_args.json else sys.stdout,
+        )
     records = trainer.train()
     last = records[-1] if records else {}
     summary = {
         "out": args.out,
         "steps": trainer.step_done,
+        "lr": trainer.cfg.lr,
         "checkpoint": f"{args.out}/ckpt-{trainer.step_done}",
         "reward_actor": last.get("reward_actor"),
         "success_actor": last.get("success_actor"),

@@ -15,16 +15,35 @@ from functools import cache
 
 from envace_gym.backends import register_backend
 from envace_gym.rewards import register_reward_basis
+from envace_gym.suites import SuiteInfo
 from envace_gym.tasks import TaskSuite
 
 from .categories import CATEGORIES, REWARD_BASIS, UNSUPPORTED, category_kind, check_category
 from .env import BFCL_SYSTEM_PROMPT, BFCLEnv, bfcl_basis
 
-__all__ = ["load_suite", "BFCLEnv", "BFCL_SYSTEM_PROMPT", "CATEGORIES", "UNSUPPORTED", "REWARD_BASIS", "category_kind"]
+__all__ = [
+    "load_suite",
+    "suite_info",
+    "BFCLEnv",
+    "BFCL_SYSTEM_PROMPT",
+    "CATEGORIES",
+    "UNSUPPORTED",
+    "REWARD_BASIS",
+    "category_kind",
+]
 
 register_reward_basis(REWARD_BASIS, bfcl_basis, overwrite=True)
 register_backend("bfcl/multi_turn", "envace_gym.envs.bfcl.backend:make_multi_turn_backend", overwrite=True)
 register_backend("bfcl/single_turn", "envace_gym.envs.bfcl.backend:make_single_turn_backend", overwrite=True)
+
+
+def suite_info(category: str) -> SuiteInfo:
+    """The info of ``bfcl/<category>`` without building its tasks: one test task per entry (non-blank line)
+    of the category's data file."""
+    check_category(category)
+    from .upstream import count_entries
+
+    return SuiteInfo((f"bfcl/{category}",), {"test": count_entries(category)})
 
 
 @cache

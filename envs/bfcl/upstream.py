@@ -70,6 +70,12 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+def count_entries(category: str) -> int:
+    """How many test entries a category has (its data file's non-blank lines), without parsing them."""
+    with _data_file(f"BFCL_v4_{category}.json").open(encoding="utf-8") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
 @cache
 def test_entries(category: str) -> tuple[dict[str, Any], ...]:
     """The test entries of one category (``BFCL_v4_<category>.json``, JSON Lines), in file order."""

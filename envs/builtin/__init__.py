@@ -8,8 +8,9 @@ same tasks; the test split uses held-out entities and phrasings.
 from __future__ import annotations
 
 import importlib
-from functools import cache
+from functools import cache, partial
 
+from envace_gym.suites import SuiteInfo
 from envace_gym.tasks import TaskSuite
 
 DOMAINS = ("bank", "files", "retail", "travel")
@@ -37,6 +38,12 @@ def load_mix() -> TaskSuite:
     return TaskSuite(mixed, name="builtin")
 
 
+def suite_info(domain: str | None = None) -> SuiteInfo:
+    """The info of ``builtin/<domain>`` (``None``: of the ``builtin`` mix) without generating its tasks."""
+    domains = DOMAINS if domain is None else (domain,)
+    return SuiteInfo(tuple(sorted(domains)), {s: n * len(domains) for s, n in sorted(SPLIT_SIZES.items())})
+
+
 def _domain_loader(domain: str):
     def load() -> TaskSuite:
         return load_domain(domain)
@@ -45,5 +52,10 @@ def _domain_loader(domain: str):
     return load
 
 
+def info_mix() -> SuiteInfo:
+    return suite_info()
+
+
 for _d in DOMAINS:
     globals()[f"load_{_d}"] = _domain_loader(_d)
+    globals()[f"info_{_d}"] = partial(suite_info, _d)  # the suite's info, registered by name

@@ -17,6 +17,7 @@ __all__ = [
     "DOMAINS",
     "Tau2Env",
     "load_suite",
+    "suite_info",
     "build_task",
     "ScriptedUser",
     "LMUser",
@@ -43,6 +44,15 @@ def load_suite(domain: str):
     from .tasks import load_suite as _load
 
     return _load(check_domain(domain))
+
+
+def suite_info(domain: str):
+    """The info of ``tau2/<domain>`` without loading tau2: its task counts by split from tau2's split file."""
+    from envace_gym.suites import SuiteInfo
+
+    from ._runtime import split_sizes
+
+    return SuiteInfo((f"tau2/{check_domain(domain)}",), split_sizes(domain))
 
 
 def _make_backend(domain: str, **kwargs: Any):

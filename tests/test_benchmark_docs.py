@@ -1,0 +1,90 @@
+"""Benchmark tables in the docs are written by the scripts (``benchmarks/_docs.py``): the helper replaces
+what lies between a block's markers, and each generated block is what its script renders from the JSON
+kept under ``docs/``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _block(page: str, name: str) -> str:
+    text = (ROOT / "docs" / page).read_text()
+    match = re.search(rf"^<!-- {name}:begin -->\n(.*?)\n<!-- {name}:end -->$", text, re.DOTALL | re.MULTILINE)
+    assert match, f"docs/{page} has no {name} block"
+    return match.group(1)
+
+
+def test_write_block_replaces_between_the_markers_only(tmp_path):
+    write_block = _load("_docs").write_block
+    page = tmp_path / "page.md"
+    page.write_text("intro\n<!-- t:begin -->\nold\ntable\n<!-- t:end -->\nafter\n")
+    assert write_block(page, "t", "| a |\n|---|\n| 1 |\n") is True
+    assert page.read_text() == "intro\n<!-- t:begin -->\n| a |\n|---|\n| 1 |\n<!-- t:end -->\nafter\n"
+    assert write_block(page, "t", "| a |\n|---|\n| 1 |") is False  # the same table: the page is not touched
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("no markers at all\n", r"found 0 and 0"),
+        ("<!-- t:begin -->\nx\n", r"found 1 and 0"),
+        ("<!-- t:end -->\nx\n<!-- t:begin -->\n", r"one '<!-- t:begin -->' line and then one '<!-- t:end -->'"),
+        ("<!-- t:begin -->\n<!-- t:begin -->\n<!-- t:end -->\n", r"found 2 and 1"),
+        ("text <!-- t:begin -->\nx\n<!-- t:end -->\n", r"must each be a line of their own"),
+    ],
+)
+def test_write_block_without_its_markers_is_a_clear_error_and_writes_nothing(tmp_path, text, says):
+    write_block = _load("_docs").write_block
+    page = tmp_path / "page.md"
+    page.write_text(text)
+    with pytest.raises(ValueError, match=f"page.md: .*{says}"):
+        write_block(page, "t", "| new |")
+    assert page.read_text() == text
+
+
+def test_the_throughput_table_is_the_scripts_rendering_of_the_kept_json():
+    rollout = _load("rollout_throughput")
+    before, after = (
+        json.loads((ROOT / "docs" / f"throughput_{w}_2026-12-05.json").read_text()) for w in ("before", "after")
+    )
+    assert rollout.before_after_table(before, after) == _block("benchmarks.md", "throughput-before-after")
+
+
+def test_the_learning_table_is_the_scripts_rendering_of_the_kept_json(monkeypatch):
+    learning = _load("learning")
+    written = {}
+    monkeypatch.setattr(sys.modules["_docs"], "write_block", lambda page, name, text: written.update({name: text}))
+    paths = [str(ROOT / "docs" / f"learning_cpu_2026-12-0{d}.json") for d in (4, 5)]
+    table = learning.write_docs(paths)  # an arm in both files: from the later one
+    assert table == written["learning-cpu"] == _block("learning.md", "learning-cpu")
+    assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| untrained", "| envace-log", "| grpo-real"]
+
+
+def test_the_env_step_block_is_in_the_scripts_format():
+    """No JSON of the env-step figures shown was kept: the block is what the script writes from a --json
+    output with those figures, so its next run replaces it in place."""
+    env_step = _load("env_step")
+    rows = [("random", 3323, 13802), ("oracle", 3024, 11162)]
+    result = {
+        "results": [
+            {"policy": p, "old": {"steps_per_s": old}, "new": {"steps_per_s": new}, "ratio": round(new / old, 1)}
+            for p, old, new in rows
+        ]
+    }
+    assert env_step.docs_table(result) == _block("benchmarks.md", "env-step")
