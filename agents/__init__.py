@@ -30,6 +30,7 @@ _LAZY = {
     "evaluate": ".eval.evaluate",
     "PrivateRehearsal": ".rehearsal",
     "PolicyNote": ".rollout",
+    "PolicyChoice": ".rollout",
 }
 
 __all__ = sorted(_LAZY)

@@ -1,17 +1,28 @@
 """Test-time private rehearsal: success on held-out test tasks against the rehearsal budget.
 
-For each policy (the warm-started embedded model, and ``--policy``: a checkpoint from ``envace train``,
-e.g. EnvACE with ``--backend self``, whose env role was trained), each mode (``parallel``, ``sequential``)
-and each budget (0, 1, 2, 4 rehearsals, and ``adaptive``: until two rehearsals agree, at most 4), it plays
-the same held-out test episodes on the **real backend** (greedy actor; rehearsals sample the actor at
-temperature 0.7 and imagine every tool result with the policy itself, without reference grounding) and
-reports success with a 95% Wilson interval, rehearsals, rehearsal tokens (generated, actor and env role)
-and seconds per episode. It prints a table, writes ``results.json`` and ``rehearsal_budget.png`` under
-``--out``. The paper's finding to test: rehearsal helps a model whose env role was trained, not one whose
-env role was not.
+For each policy (the warm-started embedded model, and each ``--policy NAME=SPEC``: e.g. a checkpoint of
+``envace train --backend self``, whose env role was trained) and each configuration ``USE:BUDGET`` of
+``--configs`` it plays the same held-out test episodes on the **real backend** (greedy actor; rehearsals
+sample the actor at temperature 0.7 and imagine every tool result with the policy itself, without
+reference grounding). A use is how the rehearsals serve the committed episode:
 
-    python benchmarks/rehearsal_budget.py                                   # warm start only (trained here)
-    python benchmarks/rehearsal_budget.py --warm runs/ckpts/warm --policy ckpt:runs/ckpts/envace-self-seed0/final
+* ``memory-parallel`` / ``memory-sequential``: a memory of them enters the actor's context (independent
+  rehearsals, or each seeing the ones before);
+* ``select-agreement`` / ``select-judge``: before every actor turn the agent rehearses from the real state
+  and commits the chosen rehearsal's first message (the most frequent one, a tie to the policy's verdict;
+  or the policy's verdict), with no rehearsal text in its context;
+
+and a budget is rehearsals per decision (``adaptive``: until two agree, at most 4). Budget 0 (no
+rehearsal) is always played first. It reports success with a 95% Wilson interval, real calls, rehearsals,
+rehearsal tokens (actor, env role and judge) and seconds per episode; prints a table and writes
+``results.json`` (after every configuration: ``--resume`` skips the finished ones) and
+``rehearsal_budget.png`` under ``--out``; ``--write-docs RESULTS.json`` rewrites the table of
+``docs/rehearsal.md`` from a results file without running anything. The paper's finding to test:
+rehearsal helps a model whose env role was trained, not one whose env role was not.
+
+    python benchmarks/rehearsal_budget.py                                     # warm start only (trained here)
+    python benchmarks/rehearsal_budget.py --warm runs/learning/warm \
+        --policy envace-log=ckpt:runs/learning/envace-log-seed0 --configs select-agreement:2,memory-parallel:2
 
 The tasks and horizon are the learning benchmark's (``benchmarks/learning.py``: builtin/bank, one user turn,
 at most two reference calls, 3 turns), chosen there on train tasks; nothing here is tuned on the test split.
@@ -35,27 +46,54 @@ from envace_gym.agents.rehearsal import PrivateRehearsal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning  # noqa: E402  (the learning benchmark's task pool and warm start: one of each)
+from _docs import write_block  # noqa: E402
 
-BUDGETS: tuple[int | str, ...] = (0, 1, 2, 4, "adaptive")
-MODES = ("parallel", "sequential")
+#: ``--configs`` default: every use at budgets 1, 2, 4 and adaptive.
+USES = ("memory-parallel", "memory-sequential", "select-agreement", "select-judge")
+DEFAULT_CONFIGS = ",".join(f"{use}:{budget}" for use in USES for budget in (1, 2, 4, "adaptive"))
 
 
-def run_config(policy: LMPolicy, budget: int | str, mode: str, args) -> dict[str, Any]:
+def parse_configs(text: str) -> list[tuple[str, int | str]]:
+    """``"select-agreement:2,memory-parallel:adaptive"`` -> ``[("select-agreement", 2), ...]``; budget 0 first."""
+    configs: list[tuple[str, int | str]] = [("none", 0)]
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        use, _, budget = item.partition(":")
+        if use not in USES or not (budget == "adaptive" or budget.isdigit() and int(budget) > 0):
+            uses = ", ".join(USES)
+            raise SystemExit(f"--configs: {item!r} is not USE:BUDGET (USE one of {uses}; BUDGET >= 1 or adaptive)")
+        configs.append((use, budget if budget == "adaptive" else int(budget)))
+    return configs
+
+
+def make_agent(policy: LMPolicy, use: str, budget: int | str, args) -> LMPolicy | PrivateRehearsal:
+    if budget == 0:
+        return policy
+    kind, _, how = use.partition("-")
+    options = {"mode": how} if kind == "memory" else {"use": "select", "choose": how}
+    return PrivateRehearsal(
+        policy, budget=budget, max_budget=4, memory_tokens=args.memory_tokens, seed=args.seed, **options
+    )
+
+
+def run_config(policy: LMPolicy, use: str, budget: int | str, args) -> dict[str, Any]:
     policy.sampling = SamplingConfig(0.0, 1.0, args.max_new_tokens, args.seed)
     policy.engine.clear()
-    actor = policy if budget == 0 else PrivateRehearsal(
-        policy, budget=budget, mode=mode, max_budget=4, memory_tokens=args.memory_tokens, seed=args.seed
-    )  # fmt: skip
+    actor = make_agent(policy, use, budget, args)
     envs = [learning.env_factory(args, "test")() for _ in range(min(args.batch, args.episodes))]
     t0 = time.monotonic()
-    report = evaluate(envs, actor, args.episodes, seed=args.seed, progress=False, desc=f"{mode}-{budget}")
+    report = evaluate(envs, actor, args.episodes, seed=args.seed, progress=False, desc=f"{use}-{budget}")
     seconds = time.monotonic() - t0
     rows = report.per_episode()
     n = len(rows)
     wins = sum(r["success"] for r in rows)
+    choices: dict[str, int] = {}
+    for traj in report.trajectories:
+        for note in traj.notes:
+            if note.get("how"):
+                choices[note["how"]] = choices.get(note["how"], 0) + 1
     return {
+        "use": use,
         "budget": budget,
-        "mode": mode,
         "success": wins / n,
         "success_ci": wilson_interval(wins, n),
         "episodes": n,
@@ -64,6 +102,7 @@ def run_config(policy: LMPolicy, budget: int | str, mode: str, args) -> dict[str
         "rehearsal_tokens": sum(r["rehearsal_tokens"] for r in rows) / n,
         "memory_tokens": sum(r["memory_tokens"] for r in rows) / n,
         "seconds_per_episode": seconds / n,
+        "choices": choices,  # select mode: how each decision was made (agreement, judge, tie->judge, ...)
     }
 
 
@@ -73,86 +112,116 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [str(b) for b in BUDGETS]
-    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
+    width = max(6.0, 0.6 * max(map(len, results.values())))
+    fig, axes = plt.subplots(1, len(results), figsize=(width * len(results), 4.5), squeeze=False)
     for ax, (name, rows) in zip(axes[0], results.items(), strict=True):
-        for offset, mode in ((-0.08, "parallel"), (0.08, "sequential")):
-            pts = [r for r in rows if r["mode"] == mode or r["budget"] == 0]
-            xs = [labels.index(str(r["budget"])) + offset for r in pts]
-            ys = [r["success"] for r in pts]
-            err = [[r["success"] - r["success_ci"][0] for r in pts], [r["success_ci"][1] - r["success"] for r in pts]]
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=mode)
-        ax.set_xticks(range(len(labels)), labels)
-        ax.set_xlabel("rehearsal budget (episodes)")
+        labels = [label(r) for r in rows]
+        ys = [r["success"] for r in rows]
+        err = [[r["success"] - r["success_ci"][0] for r in rows], [r["success_ci"][1] - r["success"] for r in rows]]
+        colors = ["tab:gray" if r["budget"] == 0 else "tab:blue" if r["use"].startswith("memory") else "tab:orange"
+                  for r in rows]  # fmt: skip
+        ax.bar(range(len(rows)), ys, yerr=err, capsize=3, color=colors)
+        ax.axhline(rows[0]["success"], color="tab:gray", linestyle=":", linewidth=1)
+        ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=8)
         ax.set_ylabel("test success (real backend)")
-        ax.set_title(name)
+        ax.set_title(f"{name} (gray: no rehearsal; blue: memory; orange: select)", fontsize=9)
         ax.set_ylim(0, 1)
-        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def label(row: dict[str, Any]) -> str:
+    return "none" if row["budget"] == 0 else f"{row['use']} {row['budget']}"
+
+
 def table(results: dict[str, list[dict[str, Any]]]) -> str:
     lines = [
-        "| policy | mode | budget | success (95% CI) | rehearsals/ep | rehearsal tokens/ep | real calls/ep | s/ep |",
+        "| policy | use | budget | success (95% CI) | real calls/ep | rehearsals/ep | rehearsal tokens/ep | s/ep |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, rows in results.items():
         for r in rows:
             lo, hi = r["success_ci"]
             lines.append(
-                f"| {name} | {r['mode'] if r['budget'] != 0 else '-'} | {r['budget']} | "
-                f"{100 * r['success']:.1f}% ({100 * lo:.0f}-{100 * hi:.0f}) | {r['rehearsals']:.2f} | "
-                f"{r['rehearsal_tokens']:.0f} | {r['real_calls']:.2f} | {r['seconds_per_episode']:.1f} |"
+                f"| {name} | {r['use'] if r['budget'] != 0 else '-'} | {r['budget']} | "
+                f"{100 * r['success']:.1f}% ({100 * lo:.0f}-{100 * hi:.0f}) | {r['real_calls']:.2f} | "
+                f"{r['rehearsals']:.2f} | {r['rehearsal_tokens']:.0f} | {r['seconds_per_episode']:.1f} |"
             )
     return "\n".join(lines)
+
+
+def write_docs(path: str) -> None:
+    """Rewrite ``docs/rehearsal.md``'s generated table from a results file."""
+    report = json.loads(Path(path).read_text())
+    s = report["settings"]
+    caption = (
+        f"Raw results: `docs/{Path(path).name}` ({s['episodes']} held-out test episodes per configuration, "
+        f"{s['suite']}, seed {s['seed']}, {report['minutes']} min on {report.get('machine', 'CPU')})."
+    )
+    changed = write_block("rehearsal.md", "rehearsal-table", f"{table(report['results'])}\n\n{caption}")
+    print(f"docs/rehearsal.md {'rewritten' if changed else 'unchanged'} from {path}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--warm", default=None, help="a warm-started checkpoint folder (default: train one)")
-    parser.add_argument("--policy", default=None, help="a trained policy spec (e.g. ckpt:DIR from envace train)")
-    parser.add_argument("--policy-name", default="envace-trained", help="its name in the table")
-    parser.add_argument("--episodes", type=int, default=32, help="test episodes per configuration")
-    parser.add_argument("--budgets", default=",".join(str(b) for b in BUDGETS), help="comma-separated budgets")
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
+    parser.add_argument(
+        "--policy", action="append", default=[], metavar="NAME=SPEC",
+        help="a trained policy and its name in the table (repeatable), e.g. envace-log=ckpt:runs/x/envace-log-seed0",
+    )  # fmt: skip
+    parser.add_argument("--episodes", type=int, default=64, help="test episodes per configuration")
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated USE:BUDGET (budget 0 always runs)")
     parser.add_argument("--memory-tokens", type=int, default=256, help="the rehearsal memory's bound")
     parser.add_argument("--batch", type=int, default=16, help="envs in lockstep")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--out", default="runs/rehearsal_budget", help="output folder")
+    parser.add_argument("--resume", action="store_true", help="keep the finished configurations of OUT/results.json")
+    parser.add_argument(
+        "--write-docs", metavar="RESULTS", help="rewrite docs/rehearsal.md's table from RESULTS; run nothing"
+    )
     for key, value in learning.DEFAULT.items():  # the learning benchmark's setting (tasks, horizon, warm start)
         if key in ("suite", "max_calls", "max_turns", "max_new_tokens", "warm_steps"):
             parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=value, help=f"default {value}")
     args = parser.parse_args()
-    budgets = [b if b == "adaptive" else int(b) for b in args.budgets.split(",") if b]
-    modes = [m for m in args.modes.split(",") if m]
+    if args.write_docs:
+        write_docs(args.write_docs)
+        return
+    configs = parse_configs(args.configs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    policies = {"warm start": learning.warm_start(args)}
-    if args.policy:
-        policies[args.policy_name] = args.policy
-    results: dict[str, list[dict[str, Any]]] = {}
-    t0 = time.monotonic()
+    # learning.warm_start reads --policy as the base model; here that is the embedded one.
+    policies = {"warm start": learning.warm_start(argparse.Namespace(**{**vars(args), "policy": "default"}))}
+    for item in args.policy:
+        name, sep, spec = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--policy {item!r}: give NAME=SPEC")
+        policies[name] = spec
+    previous = json.loads((out / "results.json").read_text()) if args.resume and (out / "results.json").exists() else {}
+    results: dict[str, list[dict[str, Any]]] = previous.get("results", {})
+    t0 = time.monotonic() - 60 * previous.get("minutes", 0.0)
     for name, spec in policies.items():
-        policy = learning.load(spec, args, args.seed)
         rows = results.setdefault(name, [])
-        for budget in budgets:
-            for mode in modes if budget != 0 else modes[:1]:
-                row = run_config(policy, budget, mode, args)
-                rows.append(row)
-                print(
-                    f"{name} {mode} budget {budget}: success {row['success']:.3f} "
-                    f"[{row['success_ci'][0]:.3f}, {row['success_ci'][1]:.3f}], {row['rehearsals']:.2f} rehearsals, "
-                    f"{row['rehearsal_tokens']:.0f} tokens, {row['seconds_per_episode']:.1f} s per episode",
-                    flush=True,
-                )
-                # Written after every configuration: a run cut short keeps what it finished.
-                settings = {k: getattr(args, k) for k in ("episodes", "memory_tokens", "seed", "suite", "max_calls",
-                                                          "max_turns", "max_new_tokens")}  # fmt: skip
-                report = {"settings": settings, "policies": policies, "results": results,
-                          "minutes": round((time.monotonic() - t0) / 60, 1)}  # fmt: skip
-                (out / "results.json").write_text(json.dumps(report, indent=2))
+        todo = [(u, b) for u, b in configs if not any(r["use"] == u and r["budget"] == b for r in rows)]
+        if not todo:
+            continue
+        policy = learning.load(spec, args, args.seed)
+        for use, budget in todo:
+            row = run_config(policy, use, budget, args)
+            rows.append(row)
+            print(
+                f"{name} {label(row)}: success {row['success']:.3f} [{row['success_ci'][0]:.3f}, "
+                f"{row['success_ci'][1]:.3f}], {row['real_calls']:.2f} real calls, {row['rehearsals']:.2f} rehearsals, "
+                f"{row['rehearsal_tokens']:.0f} tokens, {row['seconds_per_episode']:.1f} s per episode",
+                flush=True,
+            )
+            # Written after every configuration: a run cut short keeps what it finished.
+            settings = {k: getattr(args, k) for k in ("episodes", "memory_tokens", "seed", "suite", "max_calls",
+                                                      "max_turns", "max_new_tokens", "device")}  # fmt: skip
+            report = {"settings": settings, "policies": policies, "results": results,
+                      "minutes": round((time.monotonic() - t0) / 60, 1)}  # fmt: skip
+            (out / "results.json").write_text(json.dumps(report, indent=2))
     plot(results, out / "rehearsal_budget.png")
     print(table(results))
     print(f"wrote {out / 'results.json'} and {out / 'rehearsal_budget.png'} ({(time.monotonic() - t0) / 60:.1f} min)")

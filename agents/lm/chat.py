@@ -18,7 +18,15 @@ from typing import Any
 
 from envace_gym.tools import compact_signature
 
-__all__ = ["GENERATED_ROLES", "ROLES", "ChatFormat", "TokenStream", "TemplateError", "compact_signature"]
+__all__ = [
+    "GENERATED_ROLES",
+    "ROLES",
+    "ChatFormat",
+    "TokenStream",
+    "TemplateError",
+    "assistant_text",
+    "compact_signature",
+]
 
 #: The one role vocabulary. The roles the model generates as (and training can target): the tool-calling
 #: assistant and the environment role that imagines tool results.
@@ -180,6 +188,23 @@ class TokenStream:
             self.extend(fmt.encode(suffix), role, suffix)
 
 
+def assistant_text(
+    fmt: ChatFormat, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], before: str
+) -> str:
+    """What the last of ``messages``, an assistant message, adds to a stream whose text is ``before`` (the
+    conversation up to its generation prompt): its content and end-of-turn token, the text the actor
+    generates for it (the template text after that belongs to the next turn). Encoded with ``fmt.encode``,
+    these are the ``actor`` tokens of the message, as SFT trains on them and as the rollout loop commits a
+    message that a policy chose instead of generating it."""
+    upto = fmt.render(messages, tools, add_generation_prompt=False)
+    if not upto.startswith(before):
+        raise TemplateError("the chat template does not render conversations as a growing prefix")
+    added = upto[len(before) :]
+    eot = fmt.tokenizer.eos_token or ""
+    cut = added.find(eot, len(messages[-1].get("content") or "")) if eot else -1
+    return added[: cut + len(eot)] if cut >= 0 else added
+
+
 def encode_conversation(
     fmt: ChatFormat,
     messages: Sequence[dict[str, Any]],
@@ -204,12 +229,7 @@ def encode_conversation(
     for i in range(first_assistant, len(messages)):
         role = messages[i]["role"]
         if role == "assistant":
-            upto = fmt.render(messages[: i + 1], tools, add_generation_prompt=False)
-            if not upto.startswith(stream.text):
-                raise TemplateError("the chat template does not render conversations as a growing prefix")
-            added = upto[len(stream.text) :]
-            cut = added.find(eot, len(messages[i].get("content") or "")) if eot else -1
-            actor_text = added[: cut + len(eot)] if cut >= 0 else added
+            actor_text = assistant_text(fmt, messages[: i + 1], tools, stream.text)
             stream.extend(fmt.encode(actor_text), "actor", actor_text)
             continue
         if role == "tool" and tool_results_role != "external":

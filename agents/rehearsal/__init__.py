@@ -1,10 +1,21 @@
-"""Test-time private rehearsal: rehearse a task in imagination within a budget, then act once for real.
+"""Test-time private rehearsal: rehearse a task in imagination within a budget, then act for real.
 
-* :mod:`.private`: :class:`PrivateRehearsal`, a policy that wraps a policy and rehearses before it acts;
-* :mod:`.memory`: the deterministic condensation of rehearsals into a bounded memory note.
+* :mod:`.private`: :class:`PrivateRehearsal`, a policy that wraps a policy and rehearses before it acts:
+  ``use="memory"`` (it reads a memory of its rehearsals) or ``use="select"`` (before every turn it commits
+  the first message of the rehearsal it chose, by agreement or by its own verdict);
+* :mod:`.memory`: the deterministic condensation of rehearsals into a bounded memory note, and of a
+  rehearsal's first message into what select mode compares.
 """
 
-from .memory import CallOutcome, RehearsalOutcome, condense, render_memory
+from .memory import CallOutcome, RehearsalOutcome, condense, first_step, render_memory
 from .private import PrivateRehearsal, rehearsal_tokens
 
-__all__ = ["PrivateRehearsal", "rehearsal_tokens", "CallOutcome", "RehearsalOutcome", "condense", "render_memory"]
+__all__ = [
+    "PrivateRehearsal",
+    "rehearsal_tokens",
+    "CallOutcome",
+    "RehearsalOutcome",
+    "condense",
+    "first_step",
+    "render_memory",
+]

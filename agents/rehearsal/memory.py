@@ -4,7 +4,9 @@
 :class:`RehearsalOutcome`: the calls tried in order, what came back (clipped), which calls the
 deterministic checks rejected (a malformed call, an unknown tool, arguments outside the schema: these fail
 for real too), and the final answer. :func:`render_memory` writes outcomes as a short note bounded by a
-token budget. Nothing here reads a task: a rehearsal's messages are all it knows.
+token budget. :func:`first_step` reads a rehearsal's first message alone (what select mode commits), and
+:func:`outcome_line` writes one rehearsal as a line (the memory's and the judge prompt's). Nothing here reads a
+task: a rehearsal's messages are all it knows.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from typing import Any
 
 from envace_gym.calls import INVALID_CALL_CODES, canonical_json
 
-__all__ = ["CallOutcome", "RehearsalOutcome", "condense", "render_memory", "cut_to_tokens", "MEMORY_HEADER"]
+__all__ = [
+    "CallOutcome",
+    "RehearsalOutcome",
+    "condense",
+    "first_step",
+    "outcome_line",
+    "render_memory",
+    "cut_to_tokens",
+    "MEMORY_HEADER",
+]
 
 MEMORY_HEADER = "Private rehearsal, imagined (results predicted, not real; REJECTED calls fail for real too):"
 _INVALID = {str(code) for code in INVALID_CALL_CODES}
@@ -103,12 +114,24 @@ def condense(messages: Sequence[dict[str, Any]], start: int, truncated: bool = F
     return out
 
 
+def first_step(messages: Sequence[dict[str, Any]], start: int) -> tuple[str, RehearsalOutcome] | None:
+    """A rehearsal's first assistant message after ``start`` (its text as generated) and the outcome of that
+    one step: its calls with what came back (format errors included), or its answer. Two rehearsals agree on
+    it when the outcomes' :meth:`~RehearsalOutcome.plan` match. None when the rehearsal wrote no message."""
+    first = next((i for i in range(start, len(messages)) if messages[i].get("role") == "assistant"), None)
+    if first is None:
+        return None
+    end = next((i for i in range(first + 1, len(messages)) if messages[i].get("role") != "tool"), len(messages))
+    return messages[first].get("content") or "", condense(messages[:end], start)
+
+
 def _clip(text: str, n: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def _line(index: int, outcome: RehearsalOutcome, result_chars: int) -> str:
+def outcome_line(index: int, outcome: RehearsalOutcome, result_chars: int = 160) -> str:
+    """``Rehearsal <index>: <calls and what came back>; <final answer>.``, results clipped to ``result_chars``."""
     parts = []
     for call in outcome.calls:
         shown = f"{call.name}({canonical_json(call.arguments)})"
@@ -135,7 +158,7 @@ def render_memory(
     """The memory note of ``outcomes`` within ``max_tokens`` (by ``count_tokens``; default about 4 characters a
     token). Over budget, the oldest rehearsals go first (the latest saw the most), then the text is cut."""
     count = count_tokens or (lambda text: (len(text) + 3) // 4)
-    lines = [_line(i, o, result_chars) for i, o in enumerate(outcomes, 1)]
+    lines = [outcome_line(i, o, result_chars) for i, o in enumerate(outcomes, 1)]
     while True:
         text = "\n".join([MEMORY_HEADER, *lines])
         if count(text) <= max_tokens or len(lines) <= 1:

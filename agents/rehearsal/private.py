@@ -1,4 +1,4 @@
-"""``PrivateRehearsal``: rehearse in imagination within a budget, then act once for real.
+"""``PrivateRehearsal``: rehearse in imagination within a budget, then act for real.
 
 EnvACE's test-time claim: a policy whose weights also hold a world model can rehearse the task privately
 (imagining the tool results itself) before it commits to real calls. :class:`PrivateRehearsal` wraps a
@@ -19,39 +19,77 @@ turn (and, with ``each_user_turn``, before every later user turn) it
 
 Rehearsal statistics (rehearsals played, tokens generated, memory tokens, seconds, agreement) travel with
 the note onto the trajectory (``trajectory.notes``).
+
+**Select mode** (``use="select"``): rehearsals propose, the agent picks, and nothing of them enters the
+actor's context. Through ``collect``'s ``choose_actions`` hook, before EVERY actor turn of the committed
+episode (receding-horizon control: each decision starts from the real state, real results so far included)
+it forks each env as it stands, plays ``budget`` rehearsals (``"adaptive"``: until two agree on the first
+message, at most ``max_budget``), and commits one rehearsal's first assistant message as the actor's message,
+its text as generated; the env runs it for real. Which one (``choose``):
+
+* ``"agreement"``: the most frequent first message (its calls by name and canonical arguments, or its
+  answer, whitespace-normalised, when it makes no call); a first message the deterministic checks REJECTED
+  (format, unknown tool, schema) is no candidate, since it fails for real too. A tie in the top count goes
+  to the judge (the LM policy, or ``judge=``), else to the earliest rehearsal;
+* ``"judge"``: the policy's own verdict, asked greedily in one user message (the user's request, the
+  candidate rehearsals numbered, each with its calls, imagined results (clipped) and final answer, then
+  "Which rehearsal reaches the user's goal? Answer with its number."); the first integer in range picks; an
+  unusable verdict falls back to agreement. Asked only when candidates differ.
+
+Where no rehearsal gives a candidate, the policy acts as it would (its own generation). Each decision's
+statistics (rehearsals, tokens of the actor, the env role and the judge, how it chose, seconds) go onto the
+trajectory as a note without text, which nobody is shown.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from envace_gym.agents.lm.protocols import is_lm_policy
-from envace_gym.agents.rollout.loop import PolicyNote, Trajectory, collect
+from envace_gym.agents.rollout.loop import PolicyChoice, PolicyNote, Trajectory, collect
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.compose import rehearse
 from envace_gym.rehearsal import Imaginer, RehearsalFork
 
-from .memory import MEMORY_HEADER, RehearsalOutcome, condense, cut_to_tokens, render_memory
+from .memory import (
+    MEMORY_HEADER,
+    RehearsalOutcome,
+    condense,
+    cut_to_tokens,
+    first_step,
+    outcome_line,
+    render_memory,
+)
 
 if TYPE_CHECKING:
     from envace_gym.agents.lm.protocols import LMPolicyLike
     from envace_gym.agents.scripted import TextPolicy
 
-__all__ = ["PrivateRehearsal", "rehearsal_tokens", "REHEARSAL_MODES"]
+__all__ = ["PrivateRehearsal", "rehearsal_tokens", "REHEARSAL_MODES", "REHEARSAL_USES", "REHEARSAL_CHOICES"]
 
 #: How rehearsals are played (``PrivateRehearsal(mode=...)``); not the env role's imagination mode
 #: (``env_role_mode``: ``prompted`` or ``inline``, see ``envace_gym.rehearsal.MODES``).
 REHEARSAL_MODES = ("parallel", "sequential")
+#: What rehearsals are for (``PrivateRehearsal(use=...)``): a memory the actor reads, or plans it selects from.
+REHEARSAL_USES = ("memory", "select")
+#: How select mode picks a rehearsal (``PrivateRehearsal(choose=...)``).
+REHEARSAL_CHOICES = ("agreement", "judge")
 _SUMMARY_PROMPT = (
     "Below are notes from private rehearsals of the user's task (imagined, not real). Summarise in a few "
     "short lines what to do for real: which calls to make with which arguments, which calls were rejected, "
     "and the answer to give.\n\n{memory}"
+)
+_JUDGE_PROMPT = (
+    "The user's request:\n{request}\n\nPrivate rehearsals of what to do next (tool results imagined, not "
+    "real):\n{rehearsals}\n\nWhich rehearsal reaches the user's goal? Answer with its number."
 )
 
 
@@ -101,8 +139,15 @@ class PrivateRehearsal:
         env_role_mode: ``"prompted"`` (the paper's simulator prompt) or ``"inline"``.
         temperature: the actor's sampling temperature in rehearsal (rehearsals differ only if it is above 0);
             the env role answers with the policy's own sampling.
-        each_user_turn: rehearse again before each later user turn of a multi-turn task.
+        each_user_turn: rehearse again before each later user turn of a multi-turn task (memory mode; select
+            mode rehearses before every turn anyway).
         seed: base seed of the rehearsals' sampling.
+        use: ``"memory"`` (rehearse before the task, the actor reads a memory of it) or ``"select"`` (rehearse
+            before every turn and commit the chosen rehearsal's first message; see the module docstring).
+        choose: (select) ``"agreement"`` or ``"judge"``.
+        judge: (select) who gives the verdict (anything with ``act(messages, tools, sampling)`` returning a
+            generation with ``text`` and ``token_ids``); default: the policy itself when it is an LM policy.
+        judge_tokens: (select) the verdict's ``max_new_tokens``.
     """
 
     def __init__(
@@ -118,6 +163,10 @@ class PrivateRehearsal:
         temperature: float = 0.7,
         each_user_turn: bool = False,
         seed: int = 0,
+        use: str = "memory",
+        choose: str = "agreement",
+        judge: Any = None,
+        judge_tokens: int = 8,
     ) -> None:
         if mode not in REHEARSAL_MODES:
             raise ValueError(f"mode must be one of {REHEARSAL_MODES}, got {mode!r}")
@@ -129,6 +178,12 @@ class PrivateRehearsal:
             raise ValueError(f"memory must be 'deterministic' or 'summary', got {memory!r}")
         if memory_tokens < 16:
             raise ValueError(f"memory_tokens must be at least 16, got {memory_tokens}")
+        if use not in REHEARSAL_USES:
+            raise ValueError(f"use must be one of {REHEARSAL_USES}, got {use!r}")
+        if choose not in REHEARSAL_CHOICES:
+            raise ValueError(f"choose must be one of {REHEARSAL_CHOICES}, got {choose!r}")
+        if judge_tokens < 1:
+            raise ValueError(f"judge_tokens must be at least 1, got {judge_tokens}")
         self._is_lm = is_lm_policy(policy)
         if imaginer is None and not self._is_lm:
             raise ValueError("a text policy cannot imagine tool results: pass imaginer=<env role>")
@@ -138,8 +193,13 @@ class PrivateRehearsal:
         self.memory, self.memory_tokens, self.env_role_mode = memory, memory_tokens, env_role_mode
         self.imaginer = imaginer if imaginer is not None else policy
         self.temperature, self.each_user_turn, self.seed = temperature, each_user_turn, seed
+        self.use, self.choose, self.judge_tokens = use, choose, judge_tokens
+        self.judge = judge if judge is not None else (policy if self._is_lm else None)
+        if use == "select" and choose == "judge" and self.judge is None:
+            raise ValueError("choose='judge' needs a language-model policy or judge=<policy> to give the verdict")
         self._round = 0  # rehearsal rounds played so far: each gets its own sampling seed
-        self.name = f"{getattr(policy, 'name', None) or type(policy).__name__}+rehearsal({mode},{budget})"
+        how = f"{mode},{budget}" if use == "memory" else f"select-{choose},{mode},{budget}"
+        self.name = f"{getattr(policy, 'name', None) or type(policy).__name__}+rehearsal({how})"
 
     # ------------------------------------------------------------------ a policy like the one it wraps
     def __getattr__(self, name: str) -> Any:
@@ -153,57 +213,128 @@ class PrivateRehearsal:
     def act(self, obs: str, info: dict[str, Any]) -> str:
         return self.policy.act(obs, info)
 
-    # ------------------------------------------------------------------ collect()'s hook
+    # ------------------------------------------------------------------ collect()'s hooks
     def prepare_turns(self, envs: Sequence[gym.Env], infos: Sequence[dict[str, Any]]) -> list[PolicyNote | None]:
-        """Rehearse each env's task from where it stands; one note (memory and statistics) per env, or None
-        where nothing is rehearsed (budget 0, or a later user turn without ``each_user_turn``)."""
+        """(memory) Rehearse each env's task from where it stands; one note (memory and statistics) per env, or
+        None where nothing is rehearsed (select mode, budget 0, or a later user turn without ``each_user_turn``)."""
         todo = [i for i, info in enumerate(infos) if info.get("user_turn", 0) == 0 or self.each_user_turn]
         notes: list[PolicyNote | None] = [None] * len(envs)
-        if self.budget == 0 or not todo:
+        if self.use != "memory" or self.budget == 0 or not todo:
             return notes
         t0 = time.monotonic()
-        forks = []
-        for i in todo:
-            if not hasattr(envs[i], "unwrapped"):
-                raise TypeError(
-                    "private rehearsal forks the env: it needs envs in this process (not an AsyncVectorEnv)"
-                )
-            messages = infos[i]["messages"]
-            forks.append((RehearsalFork(envs[i], messages[-1]["content"]), len(messages)))
-        played: list[list[Trajectory]] = [[] for _ in todo]
-        agreed = [False] * len(todo)
-        adaptive = self.budget == "adaptive"
-        limit = self.max_budget if adaptive else int(self.budget)
-        if self.mode == "parallel" and not adaptive:
-            trajs = self._play([f for f, _ in forks for _ in range(limit)], [None] * (len(forks) * limit))
-            for k in range(len(forks)):
-                played[k] = trajs[k * limit : (k + 1) * limit]
-        else:
-            for _ in range(limit):
-                going = [k for k in range(len(forks)) if not agreed[k] and len(played[k]) < limit]
-                if not going:
-                    break
-                memos = [self._memory_text(played[k], forks[k][1])[0] if self.mode == "sequential" else None
-                         for k in going]  # fmt: skip
-                for k, traj in zip(going, self._play([forks[k][0] for k in going], memos), strict=True):
-                    played[k].append(traj)
-                    agreed[k] = adaptive and _two_agree([_outcome(t, forks[k][1]) for t in played[k]])
+        starts = [len(infos[i]["messages"]) for i in todo]
+        obs = [infos[i]["messages"][-1]["content"] for i in todo]
+        played, agreed = self._rehearse([envs[i] for i in todo], obs, starts, _plans_agree)
         seconds = (time.monotonic() - t0) / len(todo)  # the batch's time, shared evenly
         for k, i in enumerate(todo):
-            text, summary_tokens = self._memory_text(played[k], forks[k][1])
+            text, summary_tokens = self._memory_text(played[k], starts[k])
             notes[i] = PolicyNote(
                 text,
                 {
                     "rehearsals": len(played[k]),
                     "rehearsal_tokens": sum(rehearsal_tokens(t) for t in played[k]) + summary_tokens,
                     "memory_tokens": self._count(text),
-                    "agreed": agreed[k] if adaptive else None,
+                    "agreed": agreed[k] if self.budget == "adaptive" else None,
                     "seconds": round(seconds, 3),
                 },
             )
         return notes
 
+    def choose_actions(
+        self, envs: Sequence[gym.Env], observations: Sequence[Any], infos: Sequence[dict[str, Any]]
+    ) -> list[PolicyChoice | None]:
+        """(select) Before an actor turn: rehearse each env from where it stands and choose the first message to
+        commit; None for every env in memory mode or with budget 0 (the policy acts as it would)."""
+        if self.use != "select" or self.budget == 0:
+            return [None] * len(envs)
+        t0 = time.monotonic()
+        starts = [len(info["messages"]) for info in infos]
+        played, agreed = self._rehearse(envs, observations, starts, _first_messages_agree)
+        choices = [self._select(p, n, info["messages"]) for p, n, info in zip(played, starts, infos, strict=True)]
+        seconds = (time.monotonic() - t0) / len(envs)  # the batch's time, shared evenly
+        for choice, ok in zip(choices, agreed, strict=True):
+            choice.stats.update(agreed=ok if self.budget == "adaptive" else None, seconds=round(seconds, 3))
+        return list(choices)
+
     # ------------------------------------------------------------------ internals
+    def _rehearse(
+        self,
+        envs: Sequence[gym.Env],
+        observations: Sequence[Any],
+        starts: Sequence[int],
+        agree: Callable[[Sequence[Trajectory], int], bool],
+    ) -> tuple[list[list[Trajectory]], list[bool]]:
+        """The rehearsals of each env from its current state (``observations[k]``: what its last reset or step
+        returned; ``starts[k]``: its messages so far), and whether an adaptive budget stopped on ``agree``."""
+        forks = []
+        for env, obs in zip(envs, observations, strict=True):
+            if not hasattr(env, "unwrapped"):
+                raise TypeError(
+                    "private rehearsal forks the env: it needs envs in this process (not an AsyncVectorEnv)"
+                )
+            forks.append(RehearsalFork(env, obs))
+        played: list[list[Trajectory]] = [[] for _ in forks]
+        agreed = [False] * len(forks)
+        adaptive = self.budget == "adaptive"
+        limit = self.max_budget if adaptive else int(self.budget)
+        if self.mode == "parallel" and not adaptive:
+            trajs = self._play([f for f in forks for _ in range(limit)], [None] * (len(forks) * limit))
+            return [trajs[k * limit : (k + 1) * limit] for k in range(len(forks))], agreed
+        for _ in range(limit):
+            going = [k for k in range(len(forks)) if not agreed[k]]
+            if not going:
+                break
+            memos = [self._memory_text(played[k], starts[k])[0] if self.mode == "sequential" else None
+                     for k in going]  # fmt: skip
+            for k, traj in zip(going, self._play([forks[k] for k in going], memos), strict=True):
+                played[k].append(traj)
+                agreed[k] = adaptive and agree(played[k], starts[k])
+        return played, agreed
+
+    def _select(self, played: Sequence[Trajectory], start: int, messages: Sequence[dict[str, Any]]) -> PolicyChoice:
+        """The first message to commit among ``played`` (rehearsals from ``messages``, of which ``start``) and how
+        it was chosen; no action where no rehearsal's first message is a candidate."""
+        candidates = _candidates(played, start)
+        stats: dict[str, Any] = {
+            "use": "select",
+            "rehearsals": len(played),
+            "candidates": len(candidates),
+            "rehearsal_tokens": sum(rehearsal_tokens(t) for t in played),
+            "judge_tokens": 0,
+        }
+        if not candidates:
+            return PolicyChoice(None, {**stats, "choice": "fallback", "chosen": None, "votes": 0})
+        votes = Counter(plan for _, _, plan in candidates)
+        top = max(votes.values())
+        tied = [c for c in candidates if votes[c[2]] == top]  # in rehearsal order
+        pick = None
+        if self.choose == "judge" and len(votes) > 1:
+            pick, stats["judge_tokens"] = self._verdict(candidates, played, start, messages)
+            how = "judge" if pick is not None else "judge->agreement"
+        elif len({c[2] for c in tied}) > 1 and self.judge is not None:
+            pick, stats["judge_tokens"] = self._verdict(tied, played, start, messages)
+            how = "tie->judge" if pick is not None else "tie->earliest"
+        else:
+            how = "tie->earliest" if len({c[2] for c in tied}) > 1 else "agreement"
+        index, text, plan = pick if pick is not None else tied[0]
+        stats["rehearsal_tokens"] += stats["judge_tokens"]
+        return PolicyChoice(text, {**stats, "choice": how, "chosen": index + 1, "votes": votes[plan]})
+
+    def _verdict(
+        self, candidates: Sequence[tuple], played: Sequence[Trajectory], start: int, messages: Sequence[dict[str, Any]]
+    ) -> tuple[tuple | None, int]:
+        """The judge's pick among ``candidates`` (None: an unusable verdict) and the tokens it generated."""
+        request = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
+        lines = [outcome_line(j, _outcome(played[k], start), 120) for j, (k, _, _) in enumerate(candidates, 1)]
+        prompt = _JUDGE_PROMPT.format(request=request, rehearsals="\n".join(lines))
+        sampling = None
+        if is_lm_policy(self.judge):
+            sampling = replace(self.judge.sampling, temperature=0.0, max_new_tokens=self.judge_tokens)
+        gen = self.judge.act([{"role": "user", "content": prompt}], (), sampling)
+        number = re.search(r"\d+", gen.text or "")
+        n = int(number.group()) if number else 0
+        return (candidates[n - 1] if 1 <= n <= len(candidates) else None), len(gen.token_ids)
+
     def _play(self, forks: Sequence[RehearsalFork], memos: Sequence[str | None]) -> list[Trajectory]:
         """One rehearsal on each fork (all in one ``collect`` call); ``memos[j]``: the note fork j's actor sees."""
         backend = BackendSpec.self_imagined_as(self.env_role_mode)
@@ -244,4 +375,26 @@ def _outcome(trajectory: Trajectory, start: int) -> RehearsalOutcome:
 
 def _two_agree(outcomes: Sequence[RehearsalOutcome]) -> bool:
     plans = [o.plan() for o in outcomes]
+    return len(set(plans)) < len(plans)
+
+
+def _plans_agree(played: Sequence[Trajectory], start: int) -> bool:
+    """(memory) Two rehearsals reached the same plan: calls in order and final answer."""
+    return _two_agree([_outcome(t, start) for t in played])
+
+
+def _candidates(played: Sequence[Trajectory], start: int) -> list[tuple[int, str, tuple]]:
+    """(select) ``(rehearsal index, first message text, its plan)`` of each rehearsal whose first message the
+    deterministic checks did not reject (a rejected one fails for real too)."""
+    out = []
+    for k, traj in enumerate(played):
+        first = first_step(traj.messages, start)
+        if first is not None and not any(call.rejected for call in first[1].calls):
+            out.append((k, first[0], first[1].plan()))
+    return out
+
+
+def _first_messages_agree(played: Sequence[Trajectory], start: int) -> bool:
+    """(select) Two candidate rehearsals began with the same message."""
+    plans = [plan for _, _, plan in _candidates(played, start)]
     return len(set(plans)) < len(plans)

@@ -5,6 +5,7 @@ native vector env)."""
 from .loop import (
     EnvRoleSample,
     EpisodeResult,
+    PolicyChoice,
     PolicyNote,
     Trajectory,
     collect,
@@ -15,6 +16,7 @@ from .loop import (
 __all__ = [
     "EnvRoleSample",
     "EpisodeResult",
+    "PolicyChoice",
     "PolicyNote",
     "Trajectory",
     "collect",

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 from tqdm.auto import tqdm
 
-from envace_gym.agents.lm.chat import ROLES, ChatFormat, TokenStream
+from envace_gym.agents.lm.chat import ROLES, ChatFormat, TokenStream, assistant_text
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.remote import RemoteEnvs
 from envace_gym.jsonl import read_jsonl
@@ -54,7 +54,16 @@ if TYPE_CHECKING:
     from envace_gym.agents.lm.policy import LMPolicy
     from envace_gym.agents.scripted import TextPolicy
 
-__all__ = ["EpisodeResult", "EnvRoleSample", "Trajectory", "collect", "save_trajectories", "load_trajectories"]
+__all__ = [
+    "EpisodeResult",
+    "EnvRoleSample",
+    "PolicyChoice",
+    "PolicyNote",
+    "Trajectory",
+    "collect",
+    "save_trajectories",
+    "load_trajectories",
+]
 
 
 @dataclass
@@ -96,6 +105,17 @@ class PolicyNote:
     trajectory (``trajectory.notes``). Test-time private rehearsal gives its rehearsal memory this way."""
 
     text: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PolicyChoice:
+    """What a policy's ``choose_actions`` hook decides before an actor turn (see :func:`collect`): ``action``,
+    committed as the actor's message instead of one the policy generates (None: it acts as usual), and
+    ``stats``, kept on the trajectory as a note without text (``trajectory.notes``), which nobody is shown.
+    Test-time private rehearsal in select mode commits the first message of the rehearsal it chose this way."""
+
+    action: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)
 
 
@@ -241,16 +261,18 @@ class _Slot:
         return f"run{self.run}/slot{self.index}/ep{self.episode}"
 
     def seen(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The conversation as the policy sees it: each note as a system message where it was given."""
-        if not self.notes:
+        """The conversation as the policy sees it: each note with text as a system message where it was given
+        (a note without text only keeps statistics)."""
+        shown = [n for n in self.notes if n["text"]]
+        if not shown:
             return messages
         out = list(messages)
-        for note in reversed(self.notes):
+        for note in reversed(shown):
             out.insert(note["at"], {"role": "system", "content": note["text"]})
         return out
 
     def note_text(self) -> str | None:
-        return "\n\n".join(n["text"] for n in self.notes) or None
+        return "\n\n".join(n["text"] for n in self.notes if n["text"]) or None
 
     def trajectory(self, reward: float, truncated: bool, info: dict[str, Any], policy: str) -> Trajectory:
         s = self.stream
@@ -364,6 +386,12 @@ def _add_notes(slots: Sequence[_Slot], notes: Iterable[PolicyNote | None]) -> No
             slot.notes.append({"at": len(slot.info["messages"]), "text": note.text, **note.stats})
 
 
+def _chosen(slots: Sequence[_Slot], choices: Sequence[PolicyChoice | None]) -> list[str | None]:
+    """Take in a ``choose_actions`` hook's choices: their statistics as notes without text; the actions."""
+    _add_notes(slots, [PolicyNote("", c.stats) if c is not None and c.stats else None for c in choices])
+    return [c.action if c is not None else None for c in choices]
+
+
 def _ended(slot: _Slot, outcome: tuple) -> bool:
     """Take in a step's outcome; True when it ended the episode."""
     obs, _, terminated, truncated, info = outcome
@@ -403,6 +431,21 @@ def collect(
         on_episode: called with each finished trajectory and the episode's last ``info``.
         env_role_sampling: how the env role samples (passed to each imaginer's ``imagine_batch``); None: each
             imaginer's own default (``policy.sampling`` for an LM policy).
+
+    **Policy hooks.** A policy (an LM policy, or each text policy) may define either of two hooks; a policy
+    that defines neither runs as above.
+
+    * ``prepare_turns(envs, infos) -> list[PolicyNote | None]``: called at each env's first turn and at every
+      later user turn, for the envs that reached one (one call for the batch; a text policy: its own env). A
+      :class:`PolicyNote`'s text is shown to the policy from then on, as a system message where it was given
+      (a text policy: ``info["note"]``); the env never sees it. Test-time private rehearsal gives its
+      memory this way.
+    * ``choose_actions(envs, observations, infos) -> list[PolicyChoice | None]``: called before every actor
+      turn, for the active envs. A :class:`PolicyChoice` with an ``action`` commits that text as the env's
+      actor message instead of generating it (an LM policy: encoded as the actor tokens of an assistant
+      message of that text, :func:`~envace_gym.agents.lm.chat.assistant_text`, with logprobs 0.0; a text
+      policy's ``act`` is skipped); its ``stats`` go onto ``trajectory.notes`` as a note without text, shown
+      to nobody. Private rehearsal in select mode commits its chosen rehearsal's first message this way.
     """
     lm = policy if is_lm_policy(policy) else None
     env_list, group = _as_env_list(envs)
@@ -432,7 +475,7 @@ def _collect_lm(
     import torch
 
     generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
-    hook = getattr(lm, "prepare_turns", None)
+    hook, chooser = getattr(lm, "prepare_turns", None), getattr(lm, "choose_actions", None)
     imaginers = [s.imaginer for s in slots]
 
     def prepare(batch: list[_Slot]) -> None:  # the policy's hook at a new user turn: one call for the batch
@@ -445,6 +488,16 @@ def _collect_lm(
             messages = slot.seen(slot.info["messages"])
             ids, slot.prefix_len = lm.encode_prompt(messages, slot.tools)
             slot.stream.extend(ids, "prompt", lm.prompt_text(messages, slot.tools))
+
+    def choose(batch: list[_Slot]) -> list[str | None]:  # the policy's hook before an actor turn
+        if chooser is None:
+            return [None] * len(batch)
+        return _chosen(batch, chooser([s.env for s in batch], [s.obs for s in batch], [s.info for s in batch]))
+
+    def commit(slot: _Slot, text: str) -> None:  # a chosen message: the actor tokens of a message of this text
+        messages = [*slot.seen(slot.info["messages"]), {"role": "assistant", "content": text}]
+        actor_text = assistant_text(lm.chat, messages, slot.tools, slot.stream.text)
+        slot.stream.extend(lm.chat.encode(actor_text), "actor", actor_text)
 
     def end(slot: _Slot, reward: float, truncated: bool, info: dict[str, Any]) -> None:
         lm.engine.drop(slot.key)
@@ -467,16 +520,27 @@ def _collect_lm(
         active += restarted  # (restarted slots go to the end of the batch)
         if not active:
             break
-        gens = lm.generate_ids(
-            [s.stream.ids for s in active],
-            keys=[s.key for s in active],
-            sampling=sampling,
-            generator=generator,
-            prefix_lens=[s.prefix_len for s in active],
+        actions = choose(active)
+        acting = [s for s, action in zip(active, actions, strict=True) if action is None]
+        gens = iter(
+            lm.generate_ids(
+                [s.stream.ids for s in acting],
+                keys=[s.key for s in acting],
+                sampling=sampling,
+                generator=generator,
+                prefix_lens=[s.prefix_len for s in acting],
+            )
+            if acting
+            else []
         )
-        for slot, gen in zip(active, gens, strict=True):
+        for k, slot in enumerate(active):
+            if actions[k] is not None:
+                commit(slot, actions[k])
+                continue
+            gen = next(gens)
             slot.stream.extend(gen.token_ids, "actor", gen.text + gen.stop_text, gen.logprobs)
-        indices, actions = [s.index for s in active], [g.text for g in gens]
+            actions[k] = gen.text
+        indices = [s.index for s in active]
         outcomes = step_envs(group, indices, actions, imaginers, env_role, ask)
         still, fresh, turned = [], [], []
         for slot, outcome in zip(active, outcomes, strict=True):
@@ -513,10 +577,15 @@ def _collect_text(slots: list[_Slot], group: Any, book: _Episodes, env_role: Any
             if hook is not None:
                 _add_notes([slot], hook([slot.env], [slot.info]))
 
+    def act(slot: _Slot) -> str:  # the action its policy's own hook chose, else the policy's act
+        chooser = getattr(slot.actor, "choose_actions", None)
+        chosen = None if chooser is None else _chosen([slot], chooser([slot.env], [slot.obs], [slot.info]))[0]
+        return chosen if chosen is not None else slot.actor.act(slot.obs, _with_note(slot))
+
     active = [s for s in slots if book.start(s)]
     prepare(active)
     while active:
-        actions = [slot.actor.act(slot.obs, _with_note(slot)) for slot in active]
+        actions = [act(slot) for slot in active]
         outcomes = step_envs(group, [s.index for s in active], actions, imaginers, env_role)
         still, fresh, turned = [], [], []
         for slot, outcome in zip(active, outcomes, strict=True):

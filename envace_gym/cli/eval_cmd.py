@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envace_gym.agents.rehearsal.private import REHEARSAL_MODES  # no torch: the policy loads it
+from envace_gym.agents.rehearsal.private import (  # no torch: the policy loads it
+    REHEARSAL_CHOICES,
+    REHEARSAL_MODES,
+    REHEARSAL_USES,
+)
 
 from .._registry import did_you_mean, unknown_message
 from .common import (
@@ -59,6 +63,20 @@ class EvalArgs:
         default=4, metadata={"help": "the most rehearsals of --rehearsal-budget adaptive"}
     )
     rehearsal_memory_tokens: int = field(default=256, metadata={"help": "the rehearsal memory's bound, in tokens"})
+    rehearsal_use: str = field(
+        default="memory",
+        metadata={
+            "help": "memory (rehearse before the task; the agent reads a memory of it) | select (rehearse before "
+            "every turn; commit the chosen rehearsal's first message for real, no rehearsal text in context)"
+        },
+    )
+    rehearsal_choose: str = field(
+        default="agreement",
+        metadata={
+            "help": "(select) agreement (the most frequent first message; a tie goes to the policy's verdict) | "
+            "judge (the policy's own verdict among the rehearsals)"
+        },
+    )
     plot: bool = field(
         default=False,
         metadata={
@@ -92,6 +110,15 @@ class EvalArgs:
             raise ValueError(f"--rehearsal-max-budget must be >= 2, got {self.rehearsal_max_budget}")
         if self.rehearsal_memory_tokens < 16:
             raise ValueError(f"--rehearsal-memory-tokens must be >= 16, got {self.rehearsal_memory_tokens}")
+        if self.rehearsal_use not in REHEARSAL_USES:
+            raise ValueError(f"--rehearsal-use must be {' or '.join(REHEARSAL_USES)}, got {self.rehearsal_use!r}")
+        if self.rehearsal_choose not in REHEARSAL_CHOICES:
+            choices = " or ".join(REHEARSAL_CHOICES)
+            raise ValueError(f"--rehearsal-choose must be {choices}, got {self.rehearsal_choose!r}")
+        if self.rehearsal_use == "select" and self.rehearsal_budget is None:
+            raise ValueError("--rehearsal-use select needs --rehearsal-budget (rehearsals to choose from)")
+        if self.rehearsal_choose != "agreement" and self.rehearsal_use != "select":
+            raise ValueError("--rehearsal-choose applies to --rehearsal-use select")
         if self.plot and not self.out:
             raise ValueError(f"--plot writes {PLOT_FILE} into the --out folder: give --out DIR")
 
@@ -109,6 +136,8 @@ class EvalArgs:
             max_budget=self.rehearsal_max_budget,
             memory_tokens=self.rehearsal_memory_tokens,
             seed=seed,
+            use=self.rehearsal_use,
+            choose=self.rehearsal_choose,
         )
 
 
@@ -160,7 +189,10 @@ def run(
     if args.rehearsal_budget is not None:
         budget = args.rehearsal_budget
         summary.setdefault("rehearsal", {}).update(
-            budget=int(budget) if budget.isdigit() else budget, mode=args.rehearsal_mode
+            budget=int(budget) if budget.isdigit() else budget,
+            mode=args.rehearsal_mode,
+            use=args.rehearsal_use,
+            choose=args.rehearsal_choose if args.rehearsal_use == "select" else None,
         )
         summary["per_episode"] = report.per_episode()
     if args.out:
@@ -207,7 +239,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if "rehearsal" in summary:
         r = summary["rehearsal"]
         line += (
-            f"; rehearsal {r['mode']} budget {r['budget']}: {r.get('rehearsals_per_episode', 0):.2f} rehearsals and "
+            f"; rehearsal {r['use']} {r['mode']} budget {r['budget']}: {r.get('rehearsals_per_episode', 0):.2f} "
+            "rehearsals and "
             f"{r.get('rehearsal_tokens_per_episode', 0):.0f} tokens per episode"
         )
     Console().print(line)
