@@ -40,6 +40,7 @@ from envace_gym.rehearsal import Imaginer, RehearsalFork
 from .memory import MEMORY_HEADER, RehearsalOutcome, condense, cut_to_tokens, render_memory
 
 if TYPE_CHECKING:
+    from envace_gym.agents.lm.engine import SamplingConfig
     from envace_gym.agents.lm.protocols import LMPolicyLike
     from envace_gym.agents.scripted import TextPolicy
 
@@ -103,6 +104,9 @@ class PrivateRehearsal:
             the env role answers with the policy's own sampling.
         each_user_turn: rehearse again before each later user turn of a multi-turn task.
         seed: base seed of the rehearsals' sampling.
+        sampling: (LM policy) the rehearsals' sampling, with ``temperature`` and each round's seed laid over
+            it for the actor; the env role answers with it as given (a trainer passes its rollout sampling).
+            Default: the policy's own.
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class PrivateRehearsal:
         temperature: float = 0.7,
         each_user_turn: bool = False,
         seed: int = 0,
+        sampling: SamplingConfig | None = None,
     ) -> None:
         if mode not in REHEARSAL_MODES:
             raise ValueError(f"mode must be one of {REHEARSAL_MODES}, got {mode!r}")
@@ -138,6 +143,7 @@ class PrivateRehearsal:
         self.memory, self.memory_tokens, self.env_role_mode = memory, memory_tokens, env_role_mode
         self.imaginer = imaginer if imaginer is not None else policy
         self.temperature, self.each_user_turn, self.seed = temperature, each_user_turn, seed
+        self.rehearsal_sampling = sampling  # not `sampling`: that name reads through to the policy's
         self._round = 0  # rehearsal rounds played so far: each gets its own sampling seed
         self.name = f"{getattr(policy, 'name', None) or type(policy).__name__}+rehearsal({mode},{budget})"
 
@@ -212,9 +218,18 @@ class PrivateRehearsal:
         seed = self.seed + 1000 * self._round
         notes = {id(env): memo for env, memo in zip(envs, memos, strict=True)}
         if self._is_lm:
-            sampling = replace(self.policy.sampling, temperature=self.temperature, seed=seed)
+            sampling = replace(self.rehearsal_sampling or self.policy.sampling, temperature=self.temperature, seed=seed)
             actor: Any = _Noted(self.policy, notes)
-            return collect(envs, actor, len(envs), sampling=sampling, seed=seed, progress=False, desc="rehearsal")
+            return collect(
+                envs,
+                actor,
+                len(envs),
+                sampling=sampling,
+                seed=seed,
+                progress=False,
+                desc="rehearsal",
+                env_role_sampling=self.rehearsal_sampling,
+            )
         actors = [_Noted(copy.deepcopy(self.policy), notes) for _ in envs]
         return collect(envs, actors, len(envs), seed=seed, progress=False, desc="rehearsal")
 
