@@ -23,14 +23,15 @@ and ``diagnostic_calls`` (``sim_to_real``), each with its run total (``live_call
 context, which nothing else trains it to read. Here a seeded share of each step's task groups (whole GRPO
 groups, so that every row of a group is compared with rows that had a memory too) is played by the policy
 wrapped in ``PrivateRehearsal(policy, budget=rehearsal_budget, mode="parallel")`` (memory ``deterministic``,
-256 tokens, actor at temperature 0.7: its test-time defaults). Before each episode of such a group the
-policy rehearses the task on forks of the env (blind task, imagined results from its own env role, no real
-backend, unscored), and the condensed memory enters the episode's context as a system note after the user
-message. What is trained is that committed episode, on the run's backend, with its own reward: the memory
-is part of its actor row's prompt (tagged ``prompt``, loss mask 0), never of its completion. The rehearsals
-themselves are **not trained**: neither their actor tokens nor their imagined env-role answers become rows
-(they are context only); their cost is in the step's metrics (``rehearsed_episodes``, ``rehearsals``,
-``rehearsal_tokens``) and in ``rollout_s``. Rehearsals make no live call.
+256 tokens, actor at temperature 0.7: its test-time defaults). Before each episode of such a group the policy
+rehearses the task on forks of the env (blind task, results imagined by the policy itself, whatever the run's
+backend, ``env_role`` or simulator; no real backend, unscored), and the condensed memory enters the episode's
+context as a system note after the user message. What is trained is that committed episode, on the run's
+backend, with its own reward: the memory is part of its actor row's prompt (tagged ``prompt``, loss mask 0),
+never of its completion. The rehearsals themselves are **not trained**: neither their actor tokens nor their
+imagined env-role answers become rows (they are context only); their cost is in the step's metrics
+(``rehearsed_episodes``, ``rehearsals``, ``rehearsal_tokens``) and in ``rollout_s``. Rehearsals make no live
+call.
 
 Under ``accelerate launch`` (or any ``torchrun``-style launcher: ``WORLD_SIZE`` > 1) the task groups of a
 step are split across ranks, gradients are summed across ranks (each rank's loss is already divided by the
