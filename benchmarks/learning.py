@@ -9,6 +9,9 @@ embedded model earns no reward zero-shot) and gets the same budget of steps and 
 * ``envace-log``: the same, with the env role grounded on a **tool log** written from the train split's
   reference trajectories (a supervised target where the log has the call): no live tool call;
 * ``envace-log-fidelity``: ``envace-log`` with the env role rewarded by its fidelity to the logged result;
+* ``envace-log-rehearsal``: ``envace-log`` with half of each step's task groups played with a private-rehearsal
+  memory in context (two imagined rehearsals per episode; rehearsal-aware training, docs/training.md); it is
+  measured as every arm is, without rehearsal at test time;
 * ``envace-frozen-env``: ``envace-self`` with the env role's samples masked out (the masked-role ablation);
 * ``grpo-real``: plain GRPO on the real backends (the upper reference: every call is live);
 * ``grpo-simulator``: GRPO with a frozen copy of the warm start answering the calls (the paper's baseline);
@@ -62,13 +65,27 @@ ARMS: dict[str, dict[str, Any] | None] = {
     "envace-self": {"backend": "self"},
     "envace-log": {"backend": "self", "tool_log": "reference"},  # the recipe of agents/recipe.py
     "envace-log-fidelity": {"backend": "self", "tool_log": "reference", "env_role_reward": "fidelity"},
+    "envace-log-rehearsal": {
+        "backend": "self",
+        "tool_log": "reference",
+        "rehearsal_fraction": 0.5,
+        "rehearsal_budget": 2,
+    },
     "envace-frozen-env": {"backend": "self", "train_env_role": False},
     "grpo-real": {"backend": "real"},
     "grpo-simulator": {"backend": "simulator"},
     "grounded-0.25": {"backend": "self", "real_fraction": 0.25},
 }
 #: The arms whose env role's answers reach the actor: the sim-to-real diagnostic applies to them.
-IMAGINED = {"envace-self", "envace-log", "envace-log-fidelity", "envace-frozen-env", "grpo-simulator", "grounded-0.25"}
+IMAGINED = {
+    "envace-self",
+    "envace-log",
+    "envace-log-fidelity",
+    "envace-log-rehearsal",
+    "envace-frozen-env",
+    "grpo-simulator",
+    "grounded-0.25",
+}
 
 DEFAULT = {
     "suite": "builtin/bank",
@@ -240,7 +257,8 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
     keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "verifier_calls")
     result.update(
         train_s=round(train_s, 1),
-        tokens=sum(r["actor_tokens"] + r["env_role_tokens"] for r in records),
+        # rehearsal tokens (envace-log-rehearsal) are generated for training too: a cost like the others
+        tokens=sum(r["actor_tokens"] + r["env_role_tokens"] + r.get("rehearsal_tokens", 0) for r in records),
         calls={k: sum(r.get(k) or 0 for r in records) for k in keys},
         sim_real_agreement=_mean([r.get("sim_real_agreement") for r in records]),
         real_reward_imagined=_mean([r.get("real_reward_imagined") for r in records]),

@@ -70,6 +70,7 @@ from .memory import (
 )
 
 if TYPE_CHECKING:
+    from envace_gym.agents.lm.engine import SamplingConfig
     from envace_gym.agents.lm.protocols import LMPolicyLike
     from envace_gym.agents.scripted import TextPolicy
 
@@ -148,6 +149,9 @@ class PrivateRehearsal:
         judge: (select) who gives the verdict (anything with ``act(messages, tools, sampling)`` returning a
             generation with ``text`` and ``token_ids``); default: the policy itself when it is an LM policy.
         judge_tokens: (select) the verdict's ``max_new_tokens``.
+        sampling: (LM policy) the rehearsals' sampling, with ``temperature`` and each round's seed laid over
+            it for the actor; the env role answers with it as given (a trainer passes its rollout sampling).
+            Default: the policy's own.
     """
 
     def __init__(
@@ -167,6 +171,7 @@ class PrivateRehearsal:
         choose: str = "agreement",
         judge: Any = None,
         judge_tokens: int = 8,
+        sampling: SamplingConfig | None = None,
     ) -> None:
         if mode not in REHEARSAL_MODES:
             raise ValueError(f"mode must be one of {REHEARSAL_MODES}, got {mode!r}")
@@ -197,6 +202,7 @@ class PrivateRehearsal:
         self.judge = judge if judge is not None else (policy if self._is_lm else None)
         if use == "select" and choose == "judge" and self.judge is None:
             raise ValueError("choose='judge' needs a language-model policy or judge=<policy> to give the verdict")
+        self.rehearsal_sampling = sampling  # not `sampling`: that name reads through to the policy's
         self._round = 0  # rehearsal rounds played so far: each gets its own sampling seed
         how = f"{mode},{budget}" if use == "memory" else f"select-{choose},{mode},{budget}"
         self.name = f"{getattr(policy, 'name', None) or type(policy).__name__}+rehearsal({how})"
@@ -343,9 +349,18 @@ class PrivateRehearsal:
         seed = self.seed + 1000 * self._round
         notes = {id(env): memo for env, memo in zip(envs, memos, strict=True)}
         if self._is_lm:
-            sampling = replace(self.policy.sampling, temperature=self.temperature, seed=seed)
+            sampling = replace(self.rehearsal_sampling or self.policy.sampling, temperature=self.temperature, seed=seed)
             actor: Any = _Noted(self.policy, notes)
-            return collect(envs, actor, len(envs), sampling=sampling, seed=seed, progress=False, desc="rehearsal")
+            return collect(
+                envs,
+                actor,
+                len(envs),
+                sampling=sampling,
+                seed=seed,
+                progress=False,
+                desc="rehearsal",
+                env_role_sampling=self.rehearsal_sampling,
+            )
         actors = [_Noted(copy.deepcopy(self.policy), notes) for _ in envs]
         return collect(envs, actors, len(envs), seed=seed, progress=False, desc="rehearsal")
 

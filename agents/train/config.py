@@ -145,6 +145,20 @@ class EnvACEConfig:
             "that differ only (an all-equal group has no policy gradient); 0: off"
         },
     )
+    # ---- rehearsal-aware training
+    rehearsal_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "this share of each step's task groups (whole groups, chosen by the seed and step) plays with "
+            "a private-rehearsal memory in context: before each such episode the policy rehearses the task "
+            "--rehearsal-budget times on a fork with imagined results (PrivateRehearsal, parallel, no live call) "
+            "and the condensed memory enters its prompt as a system note; the committed episode is trained as "
+            "usual (the memory is context, never a trained token) and the rehearsals are not trained; 0: off"
+        },
+    )
+    rehearsal_budget: int = field(
+        default=2, metadata={"help": "rehearsals before each episode of a --rehearsal-fraction group"}
+    )
     # ---- the objective
     lr: float | None = field(
         default=None,
@@ -235,6 +249,8 @@ class EnvACEConfig:
             "invalid_penalty": self.invalid_penalty >= 0,
             "micro_batch_tokens": self.micro_batch_tokens >= 16,
             "real_fraction": 0.0 <= self.real_fraction <= 1.0,
+            "rehearsal_fraction": 0.0 <= self.rehearsal_fraction <= 1.0,
+            "rehearsal_budget": self.rehearsal_budget >= 1,
             "grounding_coef": self.grounding_coef >= 0,
             "env_role_coef": self.env_role_coef >= 0,
             "env_role_kl_coef": self.env_role_kl_coef >= 0,
@@ -251,6 +267,8 @@ class EnvACEConfig:
             "clip_low": "in [0, 1)",
             "dual_clip": "0 (off) or > 1",
             "real_fraction": "in [0, 1]",
+            "rehearsal_fraction": "in [0, 1]",
+            "rehearsal_budget": ">= 1",
             "top_p": "in (0, 1]",
             "temperature": "> 0 (RL needs sampled rollouts)",
             "micro_batch_tokens": ">= 16",

@@ -5,7 +5,8 @@ One training step, top to bottom (:meth:`EnvACETrainer.step`):
 1. draw ``tasks_per_step`` train tasks; each is played ``group_size`` times by :func:`collect` (all envs in
    lockstep, the env role batched across envs), against the backend the config names: the policy's own
    imagination (``self``, ``self-inline``: EnvACE), the real tools (``real``: plain GRPO) or a frozen copy of
-   the starting model (``simulator``);
+   the starting model (``simulator``); with ``rehearsal_fraction`` > 0, a share of the groups plays with a
+   private-rehearsal memory in context (see :meth:`EnvACETrainer.rehearsal_groups`);
 2. score each trajectory (the env's verifiable reward, or a checklist judge);
 3. turn trajectories into samples (:mod:`.objective`): one actor row per trajectory, one env-role row per
    env-role generation (same reward), grounding rows where the real result is known;
@@ -16,6 +17,21 @@ Each step's metrics count the tool calls it spent, from the process's call ledge
 (:mod:`envace_gym.backends.ledger`): ``live_calls`` (run on a real backend during an episode),
 ``logged_calls_used`` (answered from a replay cache), ``verifier_calls`` (replayed only to compute a reward)
 and ``diagnostic_calls`` (``sim_to_real``), each with its run total (``live_calls_total``, ...).
+
+**Rehearsal-aware training** (``rehearsal_fraction``, ``rehearsal_budget``). Test-time private rehearsal
+(:class:`~envace_gym.agents.rehearsal.PrivateRehearsal`) puts a memory of imagined rehearsals in the policy's
+context, which nothing else trains it to read. Here a seeded share of each step's task groups (whole GRPO
+groups, so that every row of a group is compared with rows that had a memory too) is played by the policy
+wrapped in ``PrivateRehearsal(policy, budget=rehearsal_budget, mode="parallel")`` (memory ``deterministic``,
+256 tokens, actor at temperature 0.7: its test-time defaults). Before each episode of such a group the policy
+rehearses the task on forks of the env (blind task, results imagined by the policy itself, whatever the run's
+backend, ``env_role`` or simulator; no real backend, unscored), and the condensed memory enters the episode's
+context as a system note after the user message. What is trained is that committed episode, on the run's
+backend, with its own reward: the memory is part of its actor row's prompt (tagged ``prompt``, loss mask 0),
+never of its completion. The rehearsals themselves are **not trained**: neither their actor tokens nor their
+imagined env-role answers become rows (they are context only); their cost is in the step's metrics
+(``rehearsed_episodes``, ``rehearsals``, ``rehearsal_tokens``) and in ``rollout_s``. Rehearsals make no live
+call.
 
 Under ``accelerate launch`` (or any ``torchrun``-style launcher: ``WORLD_SIZE`` > 1) the task groups of a
 step are split across ranks, gradients are summed across ranks (each rank's loss is already divided by the
@@ -41,8 +57,10 @@ from tqdm.auto import tqdm
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.lm.protocols import WeightSyncingEngine
+from envace_gym.agents.rehearsal import PrivateRehearsal
 from envace_gym.agents.rollout import Trajectory, collect, save_trajectories
 from envace_gym.backends import LEDGER, ToolLog, charged_as
+from envace_gym.backends.spec import SELF_INLINE
 from envace_gym.compose import rehearse
 from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal.prompt import is_result_shaped
@@ -283,6 +301,44 @@ class EnvACETrainer:
             return [t.id for t in rng.sample(self.pool, k)]
         return [rng.choice(self.pool).id for _ in range(k)]
 
+    def rehearsal_groups(self, step: int, batch: int = 0) -> list[int]:
+        """Which of the step's groups (indices into :meth:`draw_tasks`; the same on every rank) play with a
+        rehearsal memory: ``rehearsal_fraction`` of ``tasks_per_step``, rounded up or down at random so that the
+        expected share is exact (0.5 of 4 groups: always 2), and which ones, drawn from the run's seed, the
+        step and ``batch``."""
+        n, fraction = self.cfg.tasks_per_step, self.cfg.rehearsal_fraction
+        if fraction <= 0:
+            return []
+        rng = random.Random(f"rehearsal/{self.cfg.seed}/{step}/{batch}")
+        share = round(fraction * n, 9)  # 0.3 * 10 is 3.0000000000000004
+        k = int(share) + (rng.random() < share - int(share))
+        return sorted(rng.sample(range(n), k))
+
+    def _actor(self, step: int, batch: int, sampling: SamplingConfig, seed: int) -> Any:
+        """What plays the step's episodes: the policy, or (where some of this rank's groups rehearse) the
+        policy with :class:`PrivateRehearsal`'s hook on those groups' envs."""
+        cfg = self.cfg
+        mine = range(self.dist.rank, cfg.tasks_per_step, self.dist.world)
+        picked = set(self.rehearsal_groups(step, batch))
+        # collect() plays episode i on env i (as many episodes as envs): group k of mine is envs[k*G:(k+1)*G].
+        envs = [
+            env
+            for k, g in enumerate(mine)
+            if g in picked
+            for env in self.envs[k * cfg.group_size : (k + 1) * cfg.group_size]
+        ]
+        if not envs:
+            return self.policy
+        rehearsal = PrivateRehearsal(
+            self.policy,
+            budget=cfg.rehearsal_budget,
+            mode="parallel",
+            env_role_mode="inline" if cfg.backend == SELF_INLINE else "prompted",
+            seed=seed + 31,
+            sampling=sampling,
+        )
+        return _RehearsingSome(self.policy, rehearsal, envs)
+
     def rollout(self, step: int, batch: int = 0) -> tuple[list[Trajectory], list[str]]:
         """Play this rank's groups of the step (``batch`` > 0: an extra draw); returns the trajectories and
         each one's group key."""
@@ -302,7 +358,7 @@ class EnvACETrainer:
         # update divides by.
         trajs = collect(
             self.envs,
-            self.policy,
+            self._actor(step, batch, sampling, seed),
             len(task_ids),
             sampling=sampling,
             task_ids=task_ids,
@@ -537,6 +593,9 @@ class EnvACETrainer:
             "actor_turns": sum(1 for t in trajs for m in t.messages if m.get("role") == "assistant"),
             "result_shaped": sum(1 for t in trajs for m in t.messages if is_result_shaped(m)),
             "grounded": sum(1 for s in samples if s.role == "grounding"),
+            "rehearsed": sum(1 for t in trajs if any("rehearsals" in n for n in t.notes)),
+            "rehearsals": sum(n.get("rehearsals", 0) for t in trajs for n in t.notes),
+            "rehearsal_tokens": sum(n.get("rehearsal_tokens", 0) for t in trajs for n in t.notes),
             "trained_rows": sum(1 for s in samples if s.role != "grounding" and s.advantage != 0.0),
             **{CALL_METRICS[kind]: n for kind, n in calls.items()},  # summed over ranks below
             # sim_to_real: each episode's (imagined success, real reward, real success)
@@ -551,7 +610,7 @@ class EnvACETrainer:
                 merged[k] = merged[k] + v
         mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
         calls = merged["calls_ok"] + merged["calls_failed"]
-        generated = merged["actor_tokens"] + merged["env_role_tokens"]
+        generated = merged["actor_tokens"] + merged["env_role_tokens"] + merged["rehearsal_tokens"]
         return {
             "step": step,
             "reward_actor": mean(merged["rewards"]),
@@ -570,6 +629,10 @@ class EnvACETrainer:
             "valid_call_rate": merged["calls_ok"] / calls if calls else None,
             "actor_tokens": merged["actor_tokens"],
             "env_role_tokens": merged["env_role_tokens"],
+            # rehearsal-aware training: episodes played with a memory, rehearsals behind them, tokens they cost
+            "rehearsed_episodes": merged["rehearsed"],
+            "rehearsals": merged["rehearsals"],
+            "rehearsal_tokens": merged["rehearsal_tokens"],
             **{k: round(v, 6) for k, v in stats.items()},
             "lr": self.scheduler.get_last_lr()[0],
             "rollout_s": round(rollout_s, 2),
@@ -596,6 +659,35 @@ class EnvACETrainer:
             fh.write(json.dumps(record) + "\n")
         if gathered is not None:
             save_trajectories([t for part in gathered for t in part], self.out / "trajectories" / f"step-{step}.jsonl")
+
+
+class _RehearsingSome:
+    """``policy`` with ``rehearsal``'s ``prepare_turns`` hook on ``envs`` only (by identity), so one
+    :func:`collect` call plays plain and rehearsing groups in one engine batch. The rehearsals' trajectories
+    stay inside the hook: only the memory note reaches the committed episode."""
+
+    def __init__(self, policy: LMPolicy, rehearsal: PrivateRehearsal, envs: Sequence[gym.Env]) -> None:
+        self._policy, self._rehearsal, self._ids = policy, rehearsal, {id(env) for env in envs}
+        self.name = policy.name  # the trained policy's trajectories, with or without a memory
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._policy, name)
+
+    # What makes it an LM policy for collect(), stated (a protocol check may not follow __getattr__).
+    def encode_prompt(self, *args: Any, **kwargs: Any) -> Any:
+        return self._policy.encode_prompt(*args, **kwargs)
+
+    def generate_ids(self, *args: Any, **kwargs: Any) -> Any:
+        return self._policy.generate_ids(*args, **kwargs)
+
+    def prepare_turns(self, envs: Sequence[gym.Env], infos: Sequence[dict[str, Any]]) -> list[Any]:
+        picked = [i for i, env in enumerate(envs) if id(env) in self._ids]
+        notes: list[Any] = [None] * len(envs)
+        if picked:
+            got = self._rehearsal.prepare_turns([envs[i] for i in picked], [infos[i] for i in picked])
+            for i, note in zip(picked, got, strict=True):
+                notes[i] = note
+        return notes
 
 
 def _spread_groups(groups: Sequence[str], rewards: Sequence[float]) -> set[str]:
