@@ -56,7 +56,8 @@ _SUMMARY_PROMPT = (
 
 
 def rehearsal_tokens(trajectory: Trajectory) -> int:
-    """Tokens a rehearsal generated: the actor's and the env role's."""
+    """Tokens a rehearsal generated: the actor's and the env role's (an imagined user's are counted by its
+    fork, ``RehearsalFork.user``, and added to the note's ``rehearsal_tokens``)."""
     return trajectory.actor_tokens + sum(len(s.completion_ids) for s in trajectory.env_role_samples)
 
 
@@ -98,6 +99,11 @@ class PrivateRehearsal:
             characters a token).
         imaginer: who imagines tool results in rehearsal (anything with ``imagine(request)``); default: the
             policy itself (world rehearsal). Required for a text policy.
+        user: who plays the user in rehearsal where the user is part of the world (tau2, whose simulator
+            reads the task's scenario): anything with ``act(messages, tools)``, shown only the conversation
+            the agent saw (see :class:`~envace_gym.rehearsal.ImaginedUser`); default: the policy itself (an
+            LM policy). Its tokens count in ``rehearsal_tokens`` (and ``user_tokens``). Envs with scripted
+            user turns do not use it.
         env_role_mode: ``"prompted"`` (the paper's simulator prompt) or ``"inline"``.
         temperature: the actor's sampling temperature in rehearsal (rehearsals differ only if it is above 0);
             the env role answers with the policy's own sampling.
@@ -114,6 +120,7 @@ class PrivateRehearsal:
         memory: str = "deterministic",
         memory_tokens: int = 256,
         imaginer: Imaginer | None = None,
+        user: Any = None,
         env_role_mode: str = "prompted",
         temperature: float = 0.7,
         each_user_turn: bool = False,
@@ -137,6 +144,7 @@ class PrivateRehearsal:
         self.policy, self.budget, self.mode, self.max_budget = policy, budget, mode, max_budget
         self.memory, self.memory_tokens, self.env_role_mode = memory, memory_tokens, env_role_mode
         self.imaginer = imaginer if imaginer is not None else policy
+        self.user = user if user is not None else (policy if self._is_lm else None)
         self.temperature, self.each_user_turn, self.seed = temperature, each_user_turn, seed
         self._round = 0  # rehearsal rounds played so far: each gets its own sampling seed
         self.name = f"{getattr(policy, 'name', None) or type(policy).__name__}+rehearsal({mode},{budget})"
@@ -169,7 +177,7 @@ class PrivateRehearsal:
                     "private rehearsal forks the env: it needs envs in this process (not an AsyncVectorEnv)"
                 )
             messages = infos[i]["messages"]
-            forks.append((RehearsalFork(envs[i], messages[-1]["content"]), len(messages)))
+            forks.append((RehearsalFork(envs[i], messages[-1]["content"], user=self.user), len(messages)))
         played: list[list[Trajectory]] = [[] for _ in todo]
         agreed = [False] * len(todo)
         adaptive = self.budget == "adaptive"
@@ -191,16 +199,18 @@ class PrivateRehearsal:
         seconds = (time.monotonic() - t0) / len(todo)  # the batch's time, shared evenly
         for k, i in enumerate(todo):
             text, summary_tokens = self._memory_text(played[k], forks[k][1])
-            notes[i] = PolicyNote(
-                text,
-                {
-                    "rehearsals": len(played[k]),
-                    "rehearsal_tokens": sum(rehearsal_tokens(t) for t in played[k]) + summary_tokens,
-                    "memory_tokens": self._count(text),
-                    "agreed": agreed[k] if adaptive else None,
-                    "seconds": round(seconds, 3),
-                },
-            )
+            imagined_user = forks[k][0].user
+            user_tokens = imagined_user.tokens if imagined_user is not None else 0
+            stats = {
+                "rehearsals": len(played[k]),
+                "rehearsal_tokens": sum(rehearsal_tokens(t) for t in played[k]) + summary_tokens + user_tokens,
+                "memory_tokens": self._count(text),
+                "agreed": agreed[k] if adaptive else None,
+                "seconds": round(seconds, 3),
+            }
+            if user_tokens:
+                stats["user_tokens"] = user_tokens  # the imagined user's share of rehearsal_tokens
+            notes[i] = PolicyNote(text, stats)
         return notes
 
     # ------------------------------------------------------------------ internals
