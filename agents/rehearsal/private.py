@@ -7,8 +7,10 @@ use it like any other. Through ``collect``'s ``prepare_turns`` hook, before the 
 turn (and, with ``each_user_turn``, before every later user turn) it
 
 1. forks each env at its current state into a :class:`~envace_gym.rehearsal.RehearsalFork` (the task made
-   blind: no reference, no reward bases, no metadata; the real backend neither copied nor called) wrapped
-   in ``SelfRehearsalEnv(..., grounding="none")``, so the env role sees nothing of the reference;
+   blind: no reference, no reward bases, no metadata but a schedule the env keeps, BFCL's ``holdout``; the
+   real backend neither copied nor called; where the user is part of the world, tau2, ``user`` plays it
+   from the conversation the agent saw) wrapped in ``SelfRehearsalEnv(..., grounding="none")``, so the env
+   role sees nothing of the reference;
 2. plays rehearsals there: ``parallel`` (independent, all of a batch's rehearsals in one ``collect`` call,
    so the rollout engine batches them) or ``sequential`` (rehearsal k sees the memory of 1..k-1);
    ``budget="adaptive"`` rehearses until two rehearsals agree on the plan (calls by name and arguments in

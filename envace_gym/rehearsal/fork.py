@@ -4,11 +4,12 @@ Test-time private rehearsal (``envace_gym.agents.PrivateRehearsal``) plays imagi
 hand before the agent acts for real. Each one must start from the live episode's current state, touch
 nothing real, and know nothing a test-time agent could not know. :class:`RehearsalFork` is that start: built
 from a live env, it keeps a snapshot (``env.fork``) whose task is ``task.blind()`` (no reference, no reward
-bases, no metadata) and whose backend is :class:`DetachedBackend` (the live episode's backend is neither
-copied nor called). Each :meth:`RehearsalFork.reset` forks the snapshot again with the backend given in
-``options["backend"]``, which is how :class:`~envace_gym.rehearsal.SelfRehearsalEnv` hands over its
-imagined backend: ``SelfRehearsalEnv(RehearsalFork(env, obs), policy, grounding="none")`` is one
-rehearsal env, reset once per rehearsal. Its episodes end unscored (``env.scored = False``: reward 0, no ``success``).
+bases, no metadata but the keys ``env.rehearsal_metadata`` names) and whose backend is
+:class:`DetachedBackend` (the live episode's backend is neither copied nor called). Each
+:meth:`RehearsalFork.reset` forks the snapshot again with the backend given in ``options["backend"]``,
+which is how :class:`~envace_gym.rehearsal.SelfRehearsalEnv` hands over its imagined backend:
+``SelfRehearsalEnv(RehearsalFork(env, obs), policy, grounding="none")`` is one rehearsal env, reset once
+per rehearsal. Its episodes end unscored (``env.scored = False``: reward 0, no ``success``).
 
 Two env hooks adapt the snapshot to a benchmark: ``env.rehearsal_metadata`` names the task metadata the
 blind task keeps (BFCL keeps ``holdout``, so held-out tools are offered from their turn, as live), and
