@@ -197,6 +197,7 @@ class Tau2Env(ToolCallEnv):
         self.user_tools = ()
         self._user_view = imagined_user_view(self.messages)
         self._shadow, self._shadow_applied = None, 0
+        self._real = False  # its forks' calls are imagined: no tau2 environment answers them
 
     # ------------------------------------------------------------------ agent side
     def run_calls(self, calls: list[ToolCall], errors: list[Any]) -> tuple[str, list[Any]]:
