@@ -146,6 +146,10 @@ class ToolCallEnv(gym.Env[str, str]):
       report. Extend it to record how your benchmark names such an end.
     * :meth:`end_episode` ``() -> (reward, components)``: call it from a hook to end the episode early
       (a benchmark's own limit) and score it.
+    * :meth:`prepare_rehearsal` ``(user) -> None``: called on a private-rehearsal snapshot (a fork holding
+      the blind task); default nothing. Override it where more than the tools is part of the world (tau2's
+      simulated user reads the task's scenario: its fork hands the user's turns to ``user``, an imagined user).
+      :attr:`rehearsal_metadata` names the task metadata keys the snapshot keeps (default none).
 
     **The step as two halves** (how a rollout loop batches the env role of many envs): :meth:`begin_step`
     ``(action) -> PendingStep`` parses the action, runs the checks and every call a backend answers by itself,
@@ -169,6 +173,9 @@ class ToolCallEnv(gym.Env[str, str]):
     #: Attributes that :meth:`fork` shares with the copy instead of copying (large and never mutated by an
     #: episode). A subclass adds its own (a user simulator holding a model, say).
     fork_shared: tuple[str, ...] = ("suite", "pool", "task", "backend_spec", "observation_space", "action_space")
+    #: Task metadata keys a private-rehearsal fork keeps (``task.blind(keep=...)``): only keys that schedule
+    #: what the agent is shown, never ground truth (BFCL: ``holdout``, the turn each held-out tool is offered).
+    rehearsal_metadata: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -383,6 +390,13 @@ class ToolCallEnv(gym.Env[str, str]):
             fork.backend = backend
             backend.reset(fork.task)
         return fork
+
+    def prepare_rehearsal(self, user: Any) -> None:
+        """Hook: make this fork (already holding the blind task and a detached backend) fit for private
+        rehearsal (:class:`~envace_gym.rehearsal.RehearsalFork` calls it once on its snapshot). ``user``: an
+        :class:`~envace_gym.rehearsal.ImaginedUser` (the rehearsing policy playing the user from the visible
+        conversation), or None when none was given. The default does nothing: the scripted user turns of a
+        task are part of the conversation."""
 
     def real_backend_for(self, task: Task) -> Backend:
         """A fresh real backend for ``task``: the reference state for ``state_match`` always comes from one,

@@ -114,6 +114,8 @@ def suite_names() -> list[str]:
 def suite_registered(name: str) -> bool:
     """Whether code registered ``name`` (neither families nor entry points are read: no import cost)."""
     return _SUITES.registered(name)
+
+
 def suite_info(name: str) -> SuiteInfo:
     """A registered suite's domains and task counts by split: from its ``info`` function where it registered
     one (cheap), else by loading it."""

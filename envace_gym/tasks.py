@@ -8,11 +8,12 @@ imagined tool results.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import json
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -120,11 +121,17 @@ class Task:
     def reference_calls(self) -> list[RefCall]:
         return [c for turn in self.reference for c in turn.calls]
 
-    def blind(self) -> Task:
+    def blind(self, keep: Collection[str] = ()) -> Task:
         """This task as test time sees it: the same conversation, tools and initial state, without the
         reference trajectory, the reward bases (which read the reference) or the metadata (benchmarks keep
-        ground truth there). Private rehearsal runs on it."""
-        return dataclasses.replace(self, reference=(), reward=(), metadata={})
+        ground truth there). Private rehearsal runs on it.
+
+        Args:
+            keep: metadata keys to keep, for those that only schedule what the agent is shown and hold no
+                answer (an env names them in ``ToolCallEnv.rehearsal_metadata``, e.g. BFCL's ``holdout``:
+                which tools are offered from which user turn, as the live agent is offered them)."""
+        kept = {k: copy.deepcopy(self.metadata[k]) for k in keep if k in self.metadata}
+        return dataclasses.replace(self, reference=(), reward=(), metadata=kept)
 
     # ------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -324,3 +324,69 @@ def test_host_language_literals_read_back_by_bfcls_converters(value, kind, items
         from bfcl_eval.eval_checker.ast_eval.type_convertor.js_type_converter import js_type_converter as convert
     text = encode(value, kind, items, language)
     assert isinstance(text, str) and convert(text, kind, items) == value
+
+
+# ------------------------------------------------------------------------------------------ private rehearsal
+class _Seeing(OraclePolicy):
+    """The oracle, recording the tools it is offered at each user turn (class-level: rehearsals act through
+    deep copies)."""
+
+    offered: list = []
+
+    def act(self, observation, info):
+        _Seeing.offered.append((info["user_turn"], {t["function"]["name"] for t in info["tools"]}))
+        return super().act(observation, info)
+
+
+class _World:
+    """A scripted env role that records every prompt: which candidate tools it listed, and whether the turn
+    that adds the held-out functions had begun."""
+
+    def __init__(self):
+        self.seen = []
+
+    def imagine(self, request):
+        text = request.messages[-1]["content"]
+        candidates = text.split("## Candidate tools\n")[1].split("\n\n## ")[0]
+        names = {line[2:].split("(")[0] for line in candidates.splitlines()}
+        self.seen.append((upstream.added_functions_prompt() in text, names))
+        return '<execution_result>\n{"result": "ok"}\n</execution_result>'
+
+
+def test_miss_func_rehearsal_offers_held_out_tools_only_from_their_turn(suites):
+    from envace_gym.agents.rehearsal import PrivateRehearsal
+
+    suite = suites["multi_turn_miss_func"]
+    task = next(t for t in suite if t.metadata.get("holdout") and t.reference[0].steps)
+    ((turn, names),) = task.metadata["holdout"].items()
+    env = make_env(suites, "multi_turn_miss_func")
+    _, info = env.reset(options={"task_id": task.id})
+    world = _World()
+    _Seeing.offered = []
+    (note,) = PrivateRehearsal(_Seeing(suite), budget=1, imaginer=world).prepare_turns([env], [info])
+    assert note.stats["rehearsals"] == 1
+    # The actor's tool list: without them before their turn, with them from it (the rehearsal got there).
+    assert {t for t, _ in _Seeing.offered} >= {0, int(turn)}
+    for at, offered in _Seeing.offered:
+        assert (set(names) <= offered) if at >= int(turn) else not (set(names) & offered), (at, offered)
+    # The env role's prompts: the same.
+    assert {added for added, _ in world.seen} == {False, True}
+    for added, listed in world.seen:
+        assert (set(names) <= listed) if added else not (set(names) & listed), (added, listed)
+    # Only the schedule was kept: no reference, no reward bases, no other metadata.
+    fork_task = env.unwrapped.task.blind(keep=env.unwrapped.rehearsal_metadata)
+    assert fork_task.metadata == {"holdout": task.metadata["holdout"]} and not fork_task.reference
+    assert not set(names) & {t["function"]["name"] for t in info["tools"]}  # the live episode: as it was
+
+
+def test_a_held_out_tool_is_refused_in_an_imagined_half_step_before_its_turn(suites):
+    task = next(t for t in suites["multi_turn_miss_func"] if t.metadata.get("holdout"))
+    ((turn, names),) = task.metadata["holdout"].items()
+    call = next(c for step in task.reference[int(turn)].steps for c in step if c.name in names)  # valid arguments
+    world = _World()
+    env = SelfRehearsalEnv(make_env(suites, "multi_turn_miss_func"), world, grounding="none")
+    env.reset(options={"task_id": task.id})
+    pending = env.unwrapped.begin_step(format_calls([ToolCall(call.name, call.arguments)]))
+    assert pending.requests == [] and world.seen == []  # refused before the env role is asked
+    _, _, _, _, info = env.step(pending)
+    assert info["errors"][0]["code"] == "TOOL_NOT_AVAILABLE"

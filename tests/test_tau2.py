@@ -3,10 +3,12 @@ mostly the small mock and telecom databases, a few retail and airline episodes."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
@@ -20,6 +22,7 @@ from envace_gym.envs.tau2.perturb import PERTURBATIONS, perturbations
 from envace_gym.envs.tau2.tasks import build_task, load_suite
 from envace_gym.envs.tau2.users import STOP_TOKENS, ScriptedUser
 from envace_gym.rehearsal import RealResultImaginer
+from envace_gym.tasks import RefTurn
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = {"airline": 50, "retail": 114, "telecom": 114, "mock": 9}
@@ -435,3 +438,144 @@ def test_prose_that_looks_like_a_call_reaches_the_other_side_as_text():
     # ... and the user's reply reached the agent as text, not as a broken user tool call.
     assert terminated and obs == "Thanks(a lot) ###STOP### (bye)"
     assert info["tau2"]["termination"] == "user_stop"
+
+
+# ---------------------------------------------------------------------------- private rehearsal
+class RecordingWorld:
+    """A scripted env role: answers every call with a plausible result; records every prompt it sees."""
+
+    def __init__(self):
+        self.prompts = []
+
+    def imagine(self, request):
+        self.prompts.append(json.dumps(request.messages, ensure_ascii=False))
+        return '<execution_result>\n{"task_id": "task_1", "status": "completed"}\n</execution_result>'
+
+
+class RecordingUser:
+    """Plays the user in rehearsal (``act(messages, tools)``); records every prompt; each reply costs 3 tokens
+    and ends the conversation."""
+
+    def __init__(self):
+        self.prompts = []
+
+    def act(self, messages, tools):
+        self.prompts.append(json.dumps([messages, tools], ensure_ascii=False))
+        return SimpleNamespace(text="Thanks, that is all. ###STOP###", token_ids=[7, 8, 9])
+
+
+class UpdatingAgent:
+    """A text policy that marks task_1 completed, then reports it; records everything it is shown."""
+
+    seen: list = []  # class-level: rehearsals act through deep copies
+
+    def reset(self):
+        self._called = False
+
+    def act(self, obs, info):
+        UpdatingAgent.seen.append(json.dumps([obs, info["messages"], info["tools"], info.get("note")]))
+        if not self._called:
+            self._called = True
+            return format_calls([ToolCall("update_task_status", {"task_id": "task_1", "status": "completed"})])
+        return "Task task_1 is now marked completed."
+
+
+def _secret_tau2_task():
+    """mock's update_task_1 with marker strings wherever the agent must not look: the user's scenario
+    (persona, task instructions, unknown info), the ticket and notes, the evaluation criteria (and so the
+    reference answer), the task's metadata and a later scripted user turn."""
+    data = next(t for t in _runtime.base_tasks("mock") if t.id == "update_task_1").model_dump(
+        mode="json", exclude_none=True
+    )
+    data["user_scenario"] = {
+        "persona": "SECRET-PERSONA",
+        "instructions": {
+            "domain": "mock",
+            "reason_for_call": "I need task_1 marked as completed.",
+            "known_info": "My user id is user_1.",
+            "unknown_info": "SECRET-UNKNOWN",
+            "task_instructions": "SECRET-INSTRUCTIONS",
+        },
+    }
+    data["ticket"], data["description"]["notes"] = "SECRET-TICKET", "SECRET-NOTES"
+    data["evaluation_criteria"]["communicate_info"] = ["SECRET-COMMUNICATE"]
+    task = build_task("mock", _runtime.parse_task(data))
+    assert "SECRET-COMMUNICATE" in task.reference[-1].answer and "SECRET" not in task.user_turns[0]
+    metadata = {**task.metadata, "note": "SECRET-META"}
+    later = RefTurn(steps=(), answer="SECRET-REF-ANSWER")
+    turns, reference = (task.user_turns[0], "SECRET-LATER-TURN"), (*task.reference, later)
+    return dataclasses.replace(task, metadata=metadata, user_turns=turns, reference=reference)
+
+
+def test_tau2_rehearsal_imagines_the_user_from_the_visible_conversation_only():
+    from envace_gym.agents.rehearsal import PrivateRehearsal
+
+    task = _secret_tau2_task()
+    env = Tau2Env(domain="mock", split=None, tasks=TaskSuite([task], "secret"))
+    obs, info = env.reset(options={"task_id": task.id})
+    live_user, live_messages = env.user, list(env.messages)
+    world, user = RecordingWorld(), RecordingUser()
+    UpdatingAgent.seen = []
+    agent = PrivateRehearsal(UpdatingAgent(), budget=2, mode="sequential", imaginer=world, user=user)
+    (note,) = agent.prepare_turns([env], [info])
+    assert note.stats["rehearsals"] == 2 and len(world.prompts) == 2
+    assert len(user.prompts) == 2  # one user turn per rehearsal: its ###STOP### ended each
+    seen = "\n".join(world.prompts + user.prompts + UpdatingAgent.seen) + note.text
+    assert "SECRET" not in seen
+    first = json.loads(user.prompts[0])[0]
+    assert [m["role"] for m in first] == ["system", "user", "assistant", "user"]  # greeting, opening, answer
+    assert "I need task_1 marked as completed." in first[2]["content"]  # the opening the agent saw
+    assert first[3]["content"] == "Task task_1 is now marked completed." and json.loads(user.prompts[0])[1] == []
+    assert note.stats["user_tokens"] == 6 == note.stats["rehearsal_tokens"]  # a text actor and env role: 0
+    assert env.user is live_user and env.messages == live_messages and not env.done  # the live episode: as it was
+
+
+def test_tau2_committed_episode_after_rehearsal_is_scored_by_tau2():
+    from envace_gym.agents.rehearsal import PrivateRehearsal
+    from envace_gym.agents.rollout import collect
+
+    suite, ids = variant_suite("mock", "update_task_1", kinds=("wrong_argument",))
+    env = Tau2Env(domain="mock", split=None, tasks=suite)
+    outcomes = {}
+    for kind, tid in ids.items():
+        user = RecordingUser()
+        agent = PrivateRehearsal(OraclePolicy(suite), budget=1, imaginer=RecordingWorld(), user=user)
+        (traj,) = collect([env], agent, 1, task_ids=[tid], progress=False)
+        official = evaluate_with_tau2("mock", env.task.metadata["tau2"]["task"], env.log)
+        assert traj.notes[0]["rehearsals"] == 1 and user.prompts  # rehearsed, with an imagined user...
+        assert isinstance(env.user, ScriptedUser) and env.log.termination == "user_stop"  # ...then tau2's
+        assert traj.reward == float(official.reward), (kind, env.log.termination)
+        outcomes[kind] = traj.success
+    assert outcomes == {"gold": True, "wrong_argument": False}
+
+
+def test_tau2_rehearsal_counts_the_policys_user_tokens():
+    from envace_gym.agents.lm.engine import SamplingConfig
+    from envace_gym.agents.lm.policy import tiny_policy
+    from envace_gym.agents.rehearsal import PrivateRehearsal
+
+    policy = tiny_policy(sampling=SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0))
+    generated = []
+
+    class Counting:  # the policy playing the user, its generations counted here too
+        def act(self, messages, tools):
+            gen = policy.act(messages, tools)
+            generated.append(len(gen.token_ids))
+            return gen
+
+    env = Tau2Env(domain="mock", split=None, max_turns=3)
+    _, info = env.reset(options={"task_id": "mock-update_task_1"})
+    (note,) = PrivateRehearsal(policy, budget=1, user=Counting()).prepare_turns([env], [info])
+    assert generated and note.stats["user_tokens"] == sum(generated) > 0
+    assert note.stats["rehearsal_tokens"] > note.stats["user_tokens"]  # the actor's tokens come on top
+    (note,) = PrivateRehearsal(policy, budget=1).prepare_turns([env], [info])  # the policy itself plays the user
+    assert note.stats.get("user_tokens", 0) > 0
+
+
+def test_tau2_rehearsal_without_a_user_model_is_a_one_line_error():
+    from envace_gym.agents.rehearsal import PrivateRehearsal
+
+    env = make("mock")
+    _, info = env.reset(options={"task_id": "mock-update_task_1"})
+    with pytest.raises(ValueError, match="imagines the user's turns too"):
+        PrivateRehearsal(UpdatingAgent(), budget=1, imaginer=RecordingWorld()).prepare_turns([env], [info])

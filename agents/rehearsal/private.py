@@ -7,8 +7,10 @@ use it like any other. Through ``collect``'s ``prepare_turns`` hook, before the 
 turn (and, with ``each_user_turn``, before every later user turn) it
 
 1. forks each env at its current state into a :class:`~envace_gym.rehearsal.RehearsalFork` (the task made
-   blind: no reference, no reward bases, no metadata; the real backend neither copied nor called) wrapped
-   in ``SelfRehearsalEnv(..., grounding="none")``, so the env role sees nothing of the reference;
+   blind: no reference, no reward bases, no metadata but a schedule the env keeps, BFCL's ``holdout``; the
+   real backend neither copied nor called; where the user is part of the world, tau2, ``user`` plays it
+   from the conversation the agent saw) wrapped in ``SelfRehearsalEnv(..., grounding="none")``, so the env
+   role sees nothing of the reference;
 2. plays rehearsals there: ``parallel`` (independent, all of a batch's rehearsals in one ``collect`` call,
    so the rollout engine batches them) or ``sequential`` (rehearsal k sees the memory of 1..k-1);
    ``budget="adaptive"`` rehearses until two rehearsals agree on the plan (calls by name and arguments in
@@ -95,7 +97,8 @@ _JUDGE_PROMPT = (
 
 
 def rehearsal_tokens(trajectory: Trajectory) -> int:
-    """Tokens a rehearsal generated: the actor's and the env role's."""
+    """Tokens a rehearsal generated: the actor's and the env role's (an imagined user's are counted by its
+    fork, ``RehearsalFork.user``, and added to the note's ``rehearsal_tokens``)."""
     return trajectory.actor_tokens + sum(len(s.completion_ids) for s in trajectory.env_role_samples)
 
 
@@ -137,6 +140,11 @@ class PrivateRehearsal:
             characters a token).
         imaginer: who imagines tool results in rehearsal (anything with ``imagine(request)``); default: the
             policy itself (world rehearsal). Required for a text policy.
+        user: who plays the user in rehearsal where the user is part of the world (tau2, whose simulator
+            reads the task's scenario): anything with ``act(messages, tools)``, shown only the conversation
+            the agent saw (see :class:`~envace_gym.rehearsal.ImaginedUser`); default: the policy itself (an
+            LM policy). Its tokens count in ``rehearsal_tokens`` (and ``user_tokens``). Envs with scripted
+            user turns do not use it.
         env_role_mode: ``"prompted"`` (the paper's simulator prompt) or ``"inline"``.
         temperature: the actor's sampling temperature in rehearsal (rehearsals differ only if it is above 0);
             the env role answers with the policy's own sampling.
@@ -163,6 +171,7 @@ class PrivateRehearsal:
         memory: str = "deterministic",
         memory_tokens: int = 256,
         imaginer: Imaginer | None = None,
+        user: Any = None,
         env_role_mode: str = "prompted",
         temperature: float = 0.7,
         each_user_turn: bool = False,
@@ -197,6 +206,7 @@ class PrivateRehearsal:
         self.policy, self.budget, self.mode, self.max_budget = policy, budget, mode, max_budget
         self.memory, self.memory_tokens, self.env_role_mode = memory, memory_tokens, env_role_mode
         self.imaginer = imaginer if imaginer is not None else policy
+        self.user = user if user is not None else (policy if self._is_lm else None)
         self.temperature, self.each_user_turn, self.seed = temperature, each_user_turn, seed
         self.use, self.choose, self.judge_tokens = use, choose, judge_tokens
         self.judge = judge if judge is not None else (policy if self._is_lm else None)
@@ -230,20 +240,20 @@ class PrivateRehearsal:
         t0 = time.monotonic()
         starts = [len(infos[i]["messages"]) for i in todo]
         obs = [infos[i]["messages"][-1]["content"] for i in todo]
-        played, agreed = self._rehearse([envs[i] for i in todo], obs, starts, _plans_agree)
+        played, agreed, user_tokens = self._rehearse([envs[i] for i in todo], obs, starts, _plans_agree)
         seconds = (time.monotonic() - t0) / len(todo)  # the batch's time, shared evenly
         for k, i in enumerate(todo):
             text, summary_tokens = self._memory_text(played[k], starts[k])
-            notes[i] = PolicyNote(
-                text,
-                {
-                    "rehearsals": len(played[k]),
-                    "rehearsal_tokens": sum(rehearsal_tokens(t) for t in played[k]) + summary_tokens,
-                    "memory_tokens": self._count(text),
-                    "agreed": agreed[k] if self.budget == "adaptive" else None,
-                    "seconds": round(seconds, 3),
-                },
-            )
+            stats = {
+                "rehearsals": len(played[k]),
+                "rehearsal_tokens": sum(rehearsal_tokens(t) for t in played[k]) + summary_tokens + user_tokens[k],
+                "memory_tokens": self._count(text),
+                "agreed": agreed[k] if self.budget == "adaptive" else None,
+                "seconds": round(seconds, 3),
+            }
+            if user_tokens[k]:
+                stats["user_tokens"] = user_tokens[k]  # the imagined user's share of rehearsal_tokens
+            notes[i] = PolicyNote(text, stats)
         return notes
 
     def choose_actions(
@@ -255,11 +265,13 @@ class PrivateRehearsal:
             return [None] * len(envs)
         t0 = time.monotonic()
         starts = [len(info["messages"]) for info in infos]
-        played, agreed = self._rehearse(envs, observations, starts, _first_messages_agree)
+        played, agreed, user_tokens = self._rehearse(envs, observations, starts, _first_messages_agree)
         choices = [self._select(p, n, info["messages"]) for p, n, info in zip(played, starts, infos, strict=True)]
         seconds = (time.monotonic() - t0) / len(envs)  # the batch's time, shared evenly
-        for choice, ok in zip(choices, agreed, strict=True):
+        for choice, ok, user in zip(choices, agreed, user_tokens, strict=True):
             choice.stats.update(agreed=ok if self.budget == "adaptive" else None, seconds=round(seconds, 3))
+            if user:  # tau2: the imagined user's tokens are rehearsal tokens too
+                choice.stats.update(user_tokens=user, rehearsal_tokens=choice.stats["rehearsal_tokens"] + user)
         return list(choices)
 
     # ------------------------------------------------------------------ internals
@@ -269,23 +281,25 @@ class PrivateRehearsal:
         observations: Sequence[Any],
         starts: Sequence[int],
         agree: Callable[[Sequence[Trajectory], int], bool],
-    ) -> tuple[list[list[Trajectory]], list[bool]]:
+    ) -> tuple[list[list[Trajectory]], list[bool], list[int]]:
         """The rehearsals of each env from its current state (``observations[k]``: what its last reset or step
-        returned; ``starts[k]``: its messages so far), and whether an adaptive budget stopped on ``agree``."""
+        returned; ``starts[k]``: its messages so far), whether an adaptive budget stopped on ``agree``, and the
+        tokens an imagined user generated in each env's rehearsals (tau2; 0 elsewhere)."""
         forks = []
         for env, obs in zip(envs, observations, strict=True):
             if not hasattr(env, "unwrapped"):
                 raise TypeError(
                     "private rehearsal forks the env: it needs envs in this process (not an AsyncVectorEnv)"
                 )
-            forks.append(RehearsalFork(env, obs))
+            forks.append(RehearsalFork(env, obs, user=self.user))
         played: list[list[Trajectory]] = [[] for _ in forks]
         agreed = [False] * len(forks)
         adaptive = self.budget == "adaptive"
         limit = self.max_budget if adaptive else int(self.budget)
         if self.mode == "parallel" and not adaptive:
             trajs = self._play([f for f in forks for _ in range(limit)], [None] * (len(forks) * limit))
-            return [trajs[k * limit : (k + 1) * limit] for k in range(len(forks))], agreed
+            played = [trajs[k * limit : (k + 1) * limit] for k in range(len(forks))]
+            return played, agreed, [_user_tokens(f) for f in forks]
         for _ in range(limit):
             going = [k for k in range(len(forks)) if not agreed[k]]
             if not going:
@@ -295,7 +309,7 @@ class PrivateRehearsal:
             for k, traj in zip(going, self._play([forks[k] for k in going], memos), strict=True):
                 played[k].append(traj)
                 agreed[k] = adaptive and agree(played[k], starts[k])
-        return played, agreed
+        return played, agreed, [_user_tokens(f) for f in forks]
 
     def _select(self, played: Sequence[Trajectory], start: int, messages: Sequence[dict[str, Any]]) -> PolicyChoice:
         """The first message to commit among ``played`` (rehearsals from ``messages``, of which ``start``) and how
@@ -382,6 +396,11 @@ class PrivateRehearsal:
         gen = self.policy.act([{"role": "user", "content": _SUMMARY_PROMPT.format(memory=text)}], (), sampling)
         summary = f"{MEMORY_HEADER}\n{gen.text.strip()}"
         return cut_to_tokens(summary, self.memory_tokens, self._count), len(gen.token_ids)
+
+
+def _user_tokens(fork: RehearsalFork) -> int:
+    """Tokens the fork's imagined user generated (tau2, where the user is part of the world), else 0."""
+    return fork.user.tokens if fork.user is not None else 0
 
 
 def _outcome(trajectory: Trajectory, start: int) -> RehearsalOutcome:

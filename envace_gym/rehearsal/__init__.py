@@ -15,6 +15,8 @@
   :mod:`envace_gym.vector`, the rollout loop and the fidelity report).
 * :mod:`.fork`: :class:`RehearsalFork`, a private, reference-free replay of a live episode from its current
   state (what test-time private rehearsal plays, wrapped in :class:`SelfRehearsalEnv`).
+* :mod:`.user`: :class:`ImaginedUser`, the rehearsing policy playing the user where the user is part of the
+  world (tau2's rehearsal forks use it instead of the scenario-reading user simulator).
 
 ``mode="inline"`` (beyond the paper) lets the policy write the ``tool`` message inside the actor's own
 context, so an engine that keeps the actor's KV cache computes only the result's tokens.
@@ -32,6 +34,7 @@ from .prompt import (
     parse_inline_result,
 )
 from .protocol import MODES, BatchImaginer, EnvRoleSample, Imaginer, ImagineRequest
+from .user import ImaginedUser
 from .wrapper import ON_INVALID, RealResultImaginer, SelfRehearsalEnv
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "RealResultImaginer",
     "RehearsalFork",
     "DetachedBackend",
+    "ImaginedUser",
     "step_envs",
     "answer_requests",
     "SIMULATOR_SYSTEM_PROMPT",

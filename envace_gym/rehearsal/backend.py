@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +105,7 @@ class ImaginedBackend:
         self.context: ActorContext | None = None
         self.task: Task | None = None
         self.tools: list[ToolSpec] = []
+        self._narrowed = False  # offer_only: tools offered by turn, the task's schemas no longer all apply
         self.call_count = 0
         self._messages: list[dict[str, Any]] = []
         self._ok_calls: list[ToolCall] = []
@@ -115,6 +116,7 @@ class ImaginedBackend:
     def reset(self, task: Task | None = None, seed: int | None = None) -> None:
         self.task = task
         self.tools = list(task.tool_specs) if task is not None else []
+        self._narrowed = False
         self.call_count = 0
         self.context = None
         self._messages = []
@@ -125,6 +127,16 @@ class ImaginedBackend:
             self._shadow = self.real_backend(task)
             self._shadow.reset(task, seed=seed)
             self._grounding_rng = random.Random(f"{seed}:{task.id}")  # str seeds hash the same in every process
+
+    def offer_only(self, names: Collection[str] | None) -> None:
+        """Offer only the tools ``names`` from now on (None: all the task's), for envs that offer tools by
+        turn (BFCL's ``miss_func``): the others are refused as TOOL_NOT_AVAILABLE and left out of the env
+        role's prompt. ``reset`` offers all again (before any reset there is nothing to narrow)."""
+        if self.task is None:
+            return
+        specs = self.task.tool_specs
+        self.tools = list(specs) if names is None else [s for s in specs if s.name in set(names)]
+        self._narrowed = names is not None
 
     def bind_conversation(self, messages: list[dict[str, Any]]) -> None:
         """The env's live message list (read, never written): what the env role is shown. Called as each
@@ -250,13 +262,14 @@ class ImaginedBackend:
             prompt = build_simulator_prompt(self.task, call, self._messages, self.tools, self.grounding)
             return ImagineRequest(prompt, call.name, call.arguments)
         ctx = self.context
+        whole = self.task.tools and not self._narrowed  # the task's own schemas, unless offered by turn
         return ImagineRequest(
             list(self._messages),
             call.name,
             call.arguments,
             key=ctx.key if ctx else None,
             mode="inline",
-            tools=list(self.task.tools) or [s.to_openai() for s in self.tools],
+            tools=list(self.task.tools) if whole else [s.to_openai() for s in self.tools],
             context_ids=list(ctx.ids) if ctx else None,
             context_text=ctx.text if ctx else None,
         )

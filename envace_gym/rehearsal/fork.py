@@ -4,11 +4,17 @@ Test-time private rehearsal (``envace_gym.agents.PrivateRehearsal``) plays imagi
 hand before the agent acts for real. Each one must start from the live episode's current state, touch
 nothing real, and know nothing a test-time agent could not know. :class:`RehearsalFork` is that start: built
 from a live env, it keeps a snapshot (``env.fork``) whose task is ``task.blind()`` (no reference, no reward
-bases, no metadata) and whose backend is :class:`DetachedBackend` (the live episode's backend is neither
-copied nor called). Each :meth:`RehearsalFork.reset` forks the snapshot again with the backend given in
-``options["backend"]``, which is how :class:`~envace_gym.rehearsal.SelfRehearsalEnv` hands over its
-imagined backend: ``SelfRehearsalEnv(RehearsalFork(env, obs), policy, grounding="none")`` is one
-rehearsal env, reset once per rehearsal. Its episodes end unscored (``env.scored = False``: reward 0, no ``success``).
+bases, no metadata but the keys ``env.rehearsal_metadata`` names) and whose backend is
+:class:`DetachedBackend` (the live episode's backend is neither copied nor called). Each
+:meth:`RehearsalFork.reset` forks the snapshot again with the backend given in ``options["backend"]``,
+which is how :class:`~envace_gym.rehearsal.SelfRehearsalEnv` hands over its imagined backend:
+``SelfRehearsalEnv(RehearsalFork(env, obs), policy, grounding="none")`` is one rehearsal env, reset once
+per rehearsal. Its episodes end unscored (``env.scored = False``: reward 0, no ``success``).
+
+Two env hooks adapt the snapshot to a benchmark: ``env.rehearsal_metadata`` names the task metadata the
+blind task keeps (BFCL keeps ``holdout``, so held-out tools are offered from their turn, as live), and
+``env.prepare_rehearsal(user)`` lets an env whose user is part of the world (tau2) hand the user's turns to
+an :class:`~envace_gym.rehearsal.ImaginedUser` (``user=``: the model that plays it).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import gymnasium as gym
 from ..backends.base import Backend, ToolResult
 from ..calls import ErrorCode, ToolCall
 from ..tasks import Task
+from .user import ImaginedUser
 
 if TYPE_CHECKING:
     from ..env import PendingStep, ToolCallEnv
@@ -61,15 +68,21 @@ class RehearsalFork(gym.Env[str, str]):
         env: the live env (a ``ToolCallEnv`` or a wrapper around one) at the state to rehearse from.
         obs: what that state's last ``reset``/``step`` returned; each rehearsal's ``reset`` returns it again,
             with an ``info`` built from the snapshot (so it holds nothing of the reference).
+        user: the model that plays the user where the env's user is part of the world (anything with
+            ``act(messages, tools)``, e.g. the rehearsing ``LMPolicy``); wrapped in an
+            :class:`~envace_gym.rehearsal.ImaginedUser` (:attr:`user`, whose ``tokens`` count what it
+            generated in all this fork's rehearsals). Envs with scripted user turns ignore it; tau2 needs it.
     """
 
-    def __init__(self, env: gym.Env, obs: str) -> None:
+    def __init__(self, env: gym.Env, obs: str, user: Any = None) -> None:
         live = env.unwrapped
         if live.task is None or live.done:
             raise RuntimeError("RehearsalFork needs an episode in progress (reset the env first)")
-        task = live.task.blind()
+        task = live.task.blind(keep=getattr(live, "rehearsal_metadata", ()))
         self._snapshot = live.fork(backend=DetachedBackend(task), task=task)
         self._snapshot.scored = False  # its forks end unscored: no reward, no reference read
+        self.user = ImaginedUser(user) if user is not None else None
+        self._snapshot.prepare_rehearsal(self.user)
         self._obs = obs
         self.current = None  # the fork this rehearsal steps
         self.observation_space, self.action_space = live.observation_space, live.action_space

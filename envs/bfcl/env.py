@@ -39,31 +39,62 @@ def hidden_tools(task: Task, turn: int) -> set[str]:
 
 class _TurnGate:
     """Wraps an episode's backend: tools not offered at the current turn (``turn``, kept by the env) are
-    refused with TOOL_NOT_AVAILABLE."""
+    refused with TOOL_NOT_AVAILABLE. An imagined backend's half-step (``begin_call``) is gated the same way,
+    and it is told which tools are offered (``offer_only``), so the env role's prompt lists only those."""
 
     def __init__(self, inner: Backend, task: Task, turn: int = 0) -> None:
         self.inner = inner
         self.task = task
         self.turn = turn
 
-    def __getattr__(self, name: str) -> Any:  # reset, state, state_hash, call_count, bind_conversation...
+    def __getattr__(self, name: str) -> Any:  # state, state_hash, call_count, bind_conversation, finish_call...
         if name == "inner":  # not set yet (copying): no recursion
             raise AttributeError(name)
-        return getattr(self.inner, name)
+        attr = getattr(self.inner, name)
+        if name == "begin_call":  # only where the inner backend has one (an imagined backend)
+            return self._gated(attr)
+        return attr
+
+    @property
+    def turn(self) -> int:
+        return self._turn
+
+    @turn.setter
+    def turn(self, value: int) -> None:
+        self._turn = value
+        offer = getattr(self.inner, "offer_only", None)
+        if offer is not None:
+            hidden = hidden_tools(self.task, value)
+            offer([s.name for s in self.task.tool_specs if s.name not in hidden])
+
+    def reset(self, task: Task | None = None, seed: int | None = None) -> None:
+        self.inner.reset(task, seed=seed)
+        self.turn = 0
 
     @property
     def tools(self) -> Sequence[Any]:
         hidden = hidden_tools(self.task, self.turn)
         return [s for s in self.inner.tools if s.name not in hidden]
 
+    def _refusal(self, call: ToolCall) -> ToolResult | None:
+        if call.name not in hidden_tools(self.task, self.turn):
+            return None
+        self.inner.call_count += 1
+        available = ", ".join(sorted(s.name for s in self.tools)) or "none"
+        return ToolResult.failure(
+            call, ErrorCode.TOOL_NOT_AVAILABLE, f"tool {call.name!r} is not available; available: {available}"
+        )
+
+    def _gated(self, begin_call: Any) -> Any:
+        def begin(call: ToolCall) -> Any:
+            refused = self._refusal(call)
+            return refused if refused is not None else begin_call(call)
+
+        return begin
+
     def execute(self, call: ToolCall) -> ToolResult:
-        if call.name in hidden_tools(self.task, self.turn):
-            self.inner.call_count += 1
-            available = ", ".join(sorted(s.name for s in self.tools)) or "none"
-            return ToolResult.failure(
-                call, ErrorCode.TOOL_NOT_AVAILABLE, f"tool {call.name!r} is not available; available: {available}"
-            )
-        return self.inner.execute(call)
+        refused = self._refusal(call)
+        return refused if refused is not None else self.inner.execute(call)
 
     def copy(self) -> _TurnGate:
         return _TurnGate(self.inner.copy(), self.task, self.turn)
@@ -89,6 +120,11 @@ class BFCLEnv(ToolCallEnv):
         **kwargs: :class:`~envace_gym.env.ToolCallEnv`'s (``suite``, ``tasks``, ``backend``, ``max_turns``...);
             ``max_result_chars`` defaults to 65536 here, so long_context results are shown whole.
     """
+
+    #: A private-rehearsal fork keeps the held-out schedule (``task.blind(keep=...)``). Not a leak: it says
+    #: only which tools are offered from which user turn, and the live agent is offered them at that turn
+    #: too (before it, rehearsal neither lists them nor lets them run, as live).
+    rehearsal_metadata = ("holdout",)
 
     def __init__(
         self,
@@ -140,6 +176,14 @@ class BFCLEnv(ToolCallEnv):
         if task.metadata.get("holdout"):
             return _TurnGate(backend, task)  # type: ignore[return-value]
         return backend
+
+    def fork(self, backend: Backend | None = None, task: Task | None = None) -> BFCLEnv:
+        """``ToolCallEnv.fork``; a ``backend`` swapped in mid-episode is gated by turn as this episode's was
+        (a rehearsal fork's imagined backend sees held-out tools only from their turn)."""
+        fork = super().fork(backend=backend, task=task)
+        if backend is not None and fork.task is not None and fork.task.metadata.get("holdout"):
+            fork.backend = _TurnGate(backend, fork.task, fork.user_turn)  # type: ignore[assignment]
+        return fork  # type: ignore[return-value]
 
     def run_calls(self, calls: list[ToolCall], errors: list[Any]) -> tuple[str, list[ToolResult]]:
         observation, results = super().run_calls(calls, errors)

@@ -41,7 +41,7 @@ from .trajectory import (
     log_from_history,
     result_content,
 )
-from .users import is_stop, make_user, user_system_prompt
+from .users import imagined_user_view, is_stop, make_user, user_system_prompt
 
 __all__ = ["Tau2Env", "GREETING"]
 
@@ -182,6 +182,23 @@ class Tau2Env(ToolCallEnv):
         out = super().abort(reason)
         out["tau2"] = {"termination": "agent_error"}
         return out
+
+    def prepare_rehearsal(self, user: Any) -> None:
+        """A private-rehearsal snapshot (a fork holding the blind task): the user is part of the world, so
+        its turns are imagined too. ``user`` (an :class:`~envace_gym.rehearsal.ImaginedUser`) replaces tau2's
+        user simulator, which reads the task's scenario; its view is rebuilt from the messages the agent saw
+        (:func:`~.users.imagined_user_view`: no scenario, no guidelines naming it), and it has no tools, so
+        no real environment is reached on its behalf. The committed episode keeps its own user."""
+        if user is None:
+            raise ValueError(
+                "tau2 rehearsal imagines the user's turns too: give it a model to play the user "
+                "(PrivateRehearsal(user=...); an LM policy plays it by default)"
+            )
+        self.user = user
+        self.user_tools = ()
+        self._user_view = imagined_user_view(self.messages)
+        self._shadow, self._shadow_applied = None, 0
+        self._real = False  # its forks' calls are imagined: no tau2 environment answers them
 
     # ------------------------------------------------------------------ agent side
     def run_calls(self, calls: list[ToolCall], errors: list[Any]) -> tuple[str, list[Any]]:

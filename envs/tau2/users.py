@@ -13,12 +13,23 @@ The protocol is small. A user is any object with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from envace_gym.calls import ToolCall, format_calls
 from envace_gym.tasks import Task
 
-__all__ = ["STOP_TOKENS", "User", "ScriptedUser", "LMUser", "make_user", "is_stop", "user_system_prompt"]
+__all__ = [
+    "STOP_TOKENS",
+    "User",
+    "ScriptedUser",
+    "LMUser",
+    "make_user",
+    "is_stop",
+    "user_system_prompt",
+    "IMAGINED_USER_PROMPT",
+    "imagined_user_view",
+]
 
 #: tau2's user stop tokens (``tau2.user.base``): the user ends the conversation, asks for a transfer, or
 #: declares the request out of scope.
@@ -39,6 +50,30 @@ def user_system_prompt(scenario: str, with_tools: bool) -> str:
     from ._runtime import user_guidelines
 
     return f"{user_guidelines(with_tools)}\n\n<scenario>\n{scenario}\n</scenario>"
+
+
+#: The system prompt of the user a private rehearsal imagines (``envace_gym.rehearsal.ImaginedUser``): tau2's
+#: role and stop convention, with no scenario. What the user knows is the conversation that follows it.
+IMAGINED_USER_PROMPT = (
+    "You are playing the role of a customer contacting a customer service representative. You know only "
+    "what you have said in the conversation below; do not make up new requests or details. Write the "
+    "customer's next message only, one short message in plain text. When your request has been handled, "
+    "or cannot be, write '###STOP###' to end the conversation."
+)
+
+
+def imagined_user_view(agent_messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The imagined user's conversation, built only from the messages the agent saw (``env.messages``):
+    :data:`IMAGINED_USER_PROMPT`, then the texts the two sides exchanged with roles flipped (``user``: the
+    agent's messages, ``assistant``: the customer's). The agent's system prompt, its tool calls and their
+    results are not the customer's to see (as in tau2, where the user sees only the agent's text)."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": IMAGINED_USER_PROMPT}]
+    for m in agent_messages:
+        if m["role"] == "assistant" and not m.get("tool_calls") and m.get("content"):
+            out.append({"role": "user", "content": m["content"]})
+        elif m["role"] == "user" and m.get("content"):
+            out.append({"role": "assistant", "content": m["content"]})
+    return out
 
 
 class ScriptedUser:
