@@ -29,7 +29,7 @@ __all__ = ["CONFIGS", "EvalArgs", "run"]
 
 if TYPE_CHECKING:  # the agents load torch: imported where the command runs
     from envace_gym.agents.lm.policy import LMPolicy
-    from envace_gym.agents.rehearsal import PrivateRehearsal
+    from envace_gym.agents.rehearsal import PrivateRehearsal, VerifiedCalls
 
 
 @dataclass
@@ -71,6 +71,13 @@ class EvalArgs:
             "judge (the policy's own verdict among the rehearsals)"
         },
     )
+    verify_calls: bool = field(
+        default=False,
+        metadata={
+            "help": "before a state-changing call is sent for real, the policy's env role predicts its result; a "
+            "call predicted to fail is revised once (VerifiedCalls); LM policies"
+        },
+    )
 
     def __post_init__(self) -> None:
         from envace_gym.agents.scripted import SCRIPTED_POLICIES
@@ -104,9 +111,18 @@ class EvalArgs:
             raise ValueError("--rehearsal-use select needs --rehearsal-budget (rehearsals to choose from)")
         if self.rehearsal_choose != "agreement" and self.rehearsal_use != "select":
             raise ValueError("--rehearsal-choose applies to --rehearsal-use select")
+        if self.verify_calls and not is_lm_spec(self.policy):
+            raise ValueError("--verify-calls needs a language-model --policy (it drafts, predicts and revises calls)")
+        if self.verify_calls and self.rehearsal_budget is not None:
+            raise ValueError("--verify-calls cannot be combined with --rehearsal-budget (both choose the message)")
 
-    def rehearsal(self, policy: LMPolicy, seed: int) -> LMPolicy | PrivateRehearsal:
-        """``policy`` wrapped in :class:`~envace_gym.agents.rehearsal.PrivateRehearsal` when a budget is given."""
+    def rehearsal(self, policy: LMPolicy, seed: int) -> LMPolicy | PrivateRehearsal | VerifiedCalls:
+        """``policy`` wrapped in :class:`~envace_gym.agents.rehearsal.PrivateRehearsal` when a budget is given, or
+        in :class:`~envace_gym.agents.rehearsal.VerifiedCalls` with ``--verify-calls``."""
+        if self.verify_calls:
+            from envace_gym.agents.rehearsal import VerifiedCalls
+
+            return VerifiedCalls(policy)
         if self.rehearsal_budget is None:
             return policy
         from envace_gym.agents.rehearsal import PrivateRehearsal
@@ -171,6 +187,9 @@ def run(env_args: EnvArgs, backend_args: BackendArgs, args: EvalArgs, run_args: 
             choose=args.rehearsal_choose if args.rehearsal_use == "select" else None,
         )
         summary["per_episode"] = report.per_episode()
+    if args.verify_calls:
+        summary["verify_calls"] = True
+        summary["per_episode"] = report.per_episode()
     if args.out:
         report.save(args.out)
         if args.policy not in SCRIPTED_POLICIES:
@@ -213,6 +232,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"; rehearsal {r['use']} {r['mode']} budget {r['budget']}: {r.get('rehearsals_per_episode', 0):.2f} "
             "rehearsals and "
             f"{r.get('rehearsal_tokens_per_episode', 0):.0f} tokens per episode"
+        )
+    if "verifier" in summary:
+        v = summary["verifier"]
+        line += (
+            f"; verifier: {v['predicted_per_episode']:.2f} calls predicted and {v['fired_per_episode']:.2f} "
+            f"revisions per episode ({100 * v['episodes_fired']:.0f}% of episodes), "
+            f"{v['verifier_tokens_per_episode']:.0f} tokens per episode"
         )
     Console().print(line)
     if "out" in summary:
