@@ -200,7 +200,7 @@ def test_eval_report_counts_what_the_verifier_did():
     (row,) = report.per_episode()
     assert row["verifier_fired"] == 1 and row["verifier_predicted"] == 1 and row["verifier_tokens"] > 0
     assert row["rehearsals"] == 0 and row["rehearsal_seconds"] == 0  # not counted as rehearsal
-    verifier = report.summary()["verifier"]
+    verifier = report.summary()["verified_calls"]
     assert verifier["fired_per_episode"] == 1 and verifier["episodes_fired"] == 1
     assert verifier["success_rate_fired"] == 0  # state right, but the scripted answer "Done." names no amount
 
@@ -225,7 +225,7 @@ def test_eval_cli_verifies_calls_with_the_tiny_model(capsys):
     code = main(["eval", "--policy", "tiny", "--suite", "builtin/bank", "--verify-calls", "--episodes", "2",
                  "--max-turns", "2", "--max-new-tokens", "8", "--json", "--no-progress"])  # fmt: skip
     summary = json.loads(capsys.readouterr().out)
-    assert code == 0 and summary["verify_calls"] is True and "verifier" in summary
+    assert code == 0 and summary["verify_calls"] is True and "verified_calls" in summary
     assert len(summary["per_episode"]) == 2 and all("verifier_fired" in row for row in summary["per_episode"])
 
 

@@ -34,7 +34,7 @@ class EvalReport:
 
     def summary(self) -> dict[str, Any]:
         """``success_rate``, ``mean_reward``, ``valid_call_rate``, ``episodes`` and the same ``by_domain``; with
-        rehearsal, ``rehearsal`` (its costs per episode); with ``VerifiedCalls``, ``verifier`` (calls predicted,
+        rehearsal, ``rehearsal`` (its costs per episode); with ``VerifiedCalls``, ``verified_calls`` (calls predicted,
         revisions and their tokens per episode, the share of episodes where it fired and their success rate)."""
         by_domain: dict[str, list[EpisodeResult]] = defaultdict(list)
         for r in self.results:
@@ -53,7 +53,7 @@ class EvalReport:
         if any(n.get("use") == "verify" for t in self.trajectories for n in t.notes):
             n = len(rows)
             fired = [r for r in rows if r["verifier_fired"]]
-            out["verifier"] = {
+            out["verified_calls"] = {
                 "predicted_per_episode": sum(r["verifier_predicted"] for r in rows) / n,
                 "fired_per_episode": sum(r["verifier_fired"] for r in rows) / n,
                 "episodes_fired": len(fired) / n,

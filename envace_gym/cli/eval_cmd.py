@@ -233,8 +233,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
             "rehearsals and "
             f"{r.get('rehearsal_tokens_per_episode', 0):.0f} tokens per episode"
         )
-    if "verifier" in summary:
-        v = summary["verifier"]
+    if "verified_calls" in summary:
+        v = summary["verified_calls"]
         line += (
             f"; verifier: {v['predicted_per_episode']:.2f} calls predicted and {v['fired_per_episode']:.2f} "
             f"revisions per episode ({100 * v['episodes_fired']:.0f}% of episodes), "
