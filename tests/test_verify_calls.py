@@ -242,3 +242,17 @@ def test_eval_cli_refuses_bad_verify_flags_in_one_line(capsys, argv, says):
     assert main(["eval", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1 and re.search("verify-calls", err)
+
+
+def test_no_revision_where_it_would_not_fit_the_context(monkeypatch):
+    from envace_gym.agents.lm.policy import LMPolicy
+
+    policy = scripted_lm([BAD])
+    env = real_env([])
+    _, info = env.reset(options={"task_id": TASK})
+    room = len(policy.encode_prompt(info["messages"], info["tools"])[0]) + policy.sampling.max_new_tokens + 8
+    monkeypatch.setattr(LMPolicy, "max_context", property(lambda self: room))  # the turn fits, a revision not
+    calls, oracle = [], Oracle()
+    (traj,) = collect([real_env(calls)], VerifiedCalls(policy, imaginer=oracle), 1, task_ids=[TASK], progress=False)
+    assert len(oracle.requests) == 1 and traj.notes[0]["too_long"] == 1 and traj.notes[0]["fired"] == 0
+    assert calls == [recorded(BAD)]  # the draft went out, as without the verifier

@@ -6,7 +6,8 @@ A policy wrapper (like :class:`~.private.PrivateRehearsal`), itself a policy. Th
 
 1. the policy drafts its message as it would: one batched generation for all envs, from each env's
    conversation (``info["messages"]``, ``info["tools"]``, encoded with ``encode_prompt`` as the loop encodes
-   it) at the policy's sampling;
+   it) at the policy's sampling (``policy.sampling``: a ``sampling=`` given to ``collect`` does not reach the
+   hook);
 2. the draft is parsed as the env parses it (``parse_calls``, at most the env's ``max_calls_per_step``
    calls). Each call that is **state-changing** (:func:`is_read_only`) and passes the deterministic checks
    (a call they reject changes nothing and the env reports it anyway) is predicted by the env role, from
@@ -19,14 +20,16 @@ A policy wrapper (like :class:`~.private.PrivateRehearsal`), itself a policy. Th
    or ``{"error": "<text>"}``) **fires** the verifier: the policy writes its message again, once, from its
    conversation, its draft and a private note (``revise_prompt``: the predicted errors) as a system message;
    the revised message is committed as it is, unverified (at most one revision per turn). Otherwise (no
-   state-changing call, every prediction a success, or an unusable answer) the draft is committed unchanged.
+   state-changing call, every prediction a success, or an unusable answer) the draft is committed unchanged;
+   so is it when the revision's prompt would not fit the model's context (``too_long``).
 
 The draft and the note never enter the committed context: only the committed message does, as the actor
 tokens of an assistant message of its text (``PolicyChoice``; logprobs 0.0, so these trajectories are for
 evaluation, not for training). Each decision's statistics go onto the trajectory as a note without text:
 ``use="verify"``, ``calls`` (in the draft), ``predicted`` (calls the env role predicted), ``unusable`` (its
 answers that were no result), ``fired`` (1 if revised), ``error_code`` (the first predicted error's),
-``env_role_tokens``, ``revision_tokens``, ``verifier_tokens`` (their sum) and ``verifier_seconds``.
+``env_role_tokens``, ``revision_tokens``, ``verifier_tokens`` (their sum), ``verifier_seconds`` and, where the
+revision would not fit the context, ``too_long``.
 
 **Which calls are state-changing.** Tool specs here carry no side-effect flag, so the rule is: an explicit
 MCP-style annotation in the tool's schema wins (``{"annotations": {"readOnlyHint": true|false}}``, on the
@@ -186,11 +189,13 @@ class VerifiedCalls:
                     "revision_tokens": 0,
                 }
             )
-        fired = [k for k, errors in enumerate(failures) if errors]
         texts = [d.text for d in drafts]
-        if fired:
-            revisions = self._generate([self._revision_context(infos[k], texts[k], failures[k]) for k in fired])
-            for k, gen in zip(fired, revisions, strict=True):
+        revise = {k: self._revision_context(infos[k], texts[k], errors) for k, errors in enumerate(failures) if errors}
+        for k in [k for k, context in revise.items() if not self._fits(context)]:
+            del revise[k]  # no room in the model's context to revise: the draft goes out, as without the verifier
+            stats[k].update(fired=0, too_long=1)
+        if revise:
+            for k, gen in zip(revise, self._generate(list(revise.values())), strict=True):
                 texts[k] = gen.text
                 stats[k]["revision_tokens"] = len(gen.token_ids)
         seconds = (time.monotonic() - t0) / len(envs)  # the batch's time, shared evenly
@@ -199,6 +204,14 @@ class VerifiedCalls:
         return [PolicyChoice(text, s) for text, s in zip(texts, stats, strict=True)]
 
     # ------------------------------------------------------------------ internals
+    def _fits(self, conversation: tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]) -> bool:
+        """Whether a revision from ``conversation`` fits the model's context, as the loop requires of a turn."""
+        limit = getattr(self.policy, "max_context", None)
+        if limit is None:
+            return True
+        ids, _ = self.policy.encode_prompt(*conversation)
+        return len(ids) + self.policy.sampling.max_new_tokens <= limit
+
     def _generate(self, conversations: Sequence[tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]]) -> list:
         """The policy's next message for each ``(messages, tools)``, in one batched call at its sampling."""
         sampling = self.policy.sampling
