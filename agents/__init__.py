@@ -29,6 +29,7 @@ _LAZY = {
     "NoopPolicy": ".scripted",
     "evaluate": ".eval.evaluate",
     "PrivateRehearsal": ".rehearsal",
+    "VerifiedCalls": ".rehearsal",
     "PolicyNote": ".rollout",
     "PolicyChoice": ".rollout",
 }

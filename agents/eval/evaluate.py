@@ -33,7 +33,9 @@ class EvalReport:
         return cls([t.episode for t in trajectories], list(trajectories))
 
     def summary(self) -> dict[str, Any]:
-        """``success_rate``, ``mean_reward``, ``valid_call_rate``, ``episodes`` and the same ``by_domain``."""
+        """``success_rate``, ``mean_reward``, ``valid_call_rate``, ``episodes`` and the same ``by_domain``; with
+        rehearsal, ``rehearsal`` (its costs per episode); with ``VerifiedCalls``, ``verified_calls`` (calls predicted,
+        revisions and their tokens per episode, the share of episodes where it fired and their success rate)."""
         by_domain: dict[str, list[EpisodeResult]] = defaultdict(list)
         for r in self.results:
             by_domain[r.domain].append(r)
@@ -48,12 +50,24 @@ class EvalReport:
                 "memory_tokens_per_episode": sum(r["memory_tokens"] for r in rows) / n,
                 "rehearsal_seconds_per_episode": sum(r["rehearsal_seconds"] for r in rows) / n,
             }
+        if any(n.get("use") == "verify" for t in self.trajectories for n in t.notes):
+            n = len(rows)
+            fired = [r for r in rows if r["verifier_fired"]]
+            out["verified_calls"] = {
+                "predicted_per_episode": sum(r["verifier_predicted"] for r in rows) / n,
+                "fired_per_episode": sum(r["verifier_fired"] for r in rows) / n,
+                "episodes_fired": len(fired) / n,
+                "success_rate_fired": sum(r["success"] for r in fired) / len(fired) if fired else None,
+                "verifier_tokens_per_episode": sum(r["verifier_tokens"] for r in rows) / n,
+            }
         return out
 
     def per_episode(self) -> list[dict[str, Any]]:
         """One row per episode: ``task_id``, ``success``, ``real_calls`` (the calls the episode made against
         its env, well-formed or not) and what rehearsing before it cost (``trajectory.notes``: rehearsals,
-        tokens they generated, memory tokens, seconds; zeros without rehearsal)."""
+        tokens they generated, memory tokens, seconds; zeros without rehearsal), and what verifying its calls
+        did (``VerifiedCalls``: calls the env role predicted, decisions where a predicted error made the policy
+        revise, their tokens; zeros without it)."""
         notes = [t.notes for t in self.trajectories] if self.trajectories else [[] for _ in self.results]
         return [
             {
@@ -64,6 +78,9 @@ class EvalReport:
                 "rehearsal_tokens": sum(n.get("rehearsal_tokens", 0) for n in ns),
                 "memory_tokens": sum(n.get("memory_tokens", 0) for n in ns),
                 "rehearsal_seconds": sum(n.get("seconds", 0.0) for n in ns),
+                "verifier_predicted": sum(n.get("predicted", 0) for n in ns),
+                "verifier_fired": sum(n.get("fired", 0) for n in ns),
+                "verifier_tokens": sum(n.get("verifier_tokens", 0) for n in ns),
             }
             for r, ns in zip(self.results, notes, strict=True)
         ]

@@ -35,7 +35,7 @@ PLOT_FILE = "eval_by_domain.png"
 
 if TYPE_CHECKING:  # the agents load torch: imported where the command runs
     from envace_gym.agents.lm.policy import LMPolicy
-    from envace_gym.agents.rehearsal import PrivateRehearsal
+    from envace_gym.agents.rehearsal import PrivateRehearsal, VerifiedCalls
 
 
 @dataclass
@@ -84,6 +84,13 @@ class EvalArgs:
             f"intervals, to OUT/{PLOT_FILE} (needs --out)"
         },
     )
+    verify_calls: bool = field(
+        default=False,
+        metadata={
+            "help": "before a state-changing call is sent for real, the policy's env role predicts its result; a "
+            "call predicted to fail is revised once (VerifiedCalls); LM policies"
+        },
+    )
 
     def __post_init__(self) -> None:
         from envace_gym.agents.scripted import SCRIPTED_POLICIES
@@ -121,9 +128,18 @@ class EvalArgs:
             raise ValueError("--rehearsal-choose applies to --rehearsal-use select")
         if self.plot and not self.out:
             raise ValueError(f"--plot writes {PLOT_FILE} into the --out folder: give --out DIR")
+        if self.verify_calls and not is_lm_spec(self.policy):
+            raise ValueError("--verify-calls needs a language-model --policy (it drafts, predicts and revises calls)")
+        if self.verify_calls and self.rehearsal_budget is not None:
+            raise ValueError("--verify-calls cannot be combined with --rehearsal-budget (both choose the message)")
 
-    def rehearsal(self, policy: LMPolicy, seed: int) -> LMPolicy | PrivateRehearsal:
-        """``policy`` wrapped in :class:`~envace_gym.agents.rehearsal.PrivateRehearsal` when a budget is given."""
+    def rehearsal(self, policy: LMPolicy, seed: int) -> LMPolicy | PrivateRehearsal | VerifiedCalls:
+        """``policy`` wrapped in :class:`~envace_gym.agents.rehearsal.PrivateRehearsal` when a budget is given, or
+        in :class:`~envace_gym.agents.rehearsal.VerifiedCalls` with ``--verify-calls``."""
+        if self.verify_calls:
+            from envace_gym.agents.rehearsal import VerifiedCalls
+
+            return VerifiedCalls(policy)
         if self.rehearsal_budget is None:
             return policy
         from envace_gym.agents.rehearsal import PrivateRehearsal
@@ -195,6 +211,9 @@ def run(
             choose=args.rehearsal_choose if args.rehearsal_use == "select" else None,
         )
         summary["per_episode"] = report.per_episode()
+    if args.verify_calls:
+        summary["verify_calls"] = True
+        summary["per_episode"] = report.per_episode()
     if args.out:
         report.save(args.out)
         if args.policy not in SCRIPTED_POLICIES:
@@ -242,6 +261,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"; rehearsal {r['use']} {r['mode']} budget {r['budget']}: {r.get('rehearsals_per_episode', 0):.2f} "
             "rehearsals and "
             f"{r.get('rehearsal_tokens_per_episode', 0):.0f} tokens per episode"
+        )
+    if "verified_calls" in summary:
+        v = summary["verified_calls"]
+        line += (
+            f"; verifier: {v['predicted_per_episode']:.2f} calls predicted and {v['fired_per_episode']:.2f} "
+            f"revisions per episode ({100 * v['episodes_fired']:.0f}% of episodes), "
+            f"{v['verifier_tokens_per_episode']:.0f} tokens per episode"
         )
     Console().print(line)
     if "out" in summary:
