@@ -177,6 +177,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--out", default="runs/rehearsal_budget", help="output folder")
+    parser.add_argument(
+        "--skip-warm", action="store_true", help="play only the --policy models (the warm start runs elsewhere)"
+    )
     parser.add_argument("--resume", action="store_true", help="keep the finished configurations of OUT/results.json")
     parser.add_argument(
         "--write-docs", metavar="RESULTS", help="rewrite docs/rehearsal.md's table from RESULTS; run nothing"
@@ -192,7 +195,9 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     # learning.warm_start reads --policy as the base model; here that is the embedded one.
-    policies = {"warm start": learning.warm_start(argparse.Namespace(**{**vars(args), "policy": "default"}))}
+    policies = {} if args.skip_warm else {
+        "warm start": learning.warm_start(argparse.Namespace(**{**vars(args), "policy": "default"}))
+    }  # fmt: skip
     for item in args.policy:
         name, sep, spec = item.partition("=")
         if not sep:
