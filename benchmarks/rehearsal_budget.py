@@ -137,14 +137,15 @@ def label(row: dict[str, Any]) -> str:
 
 def table(results: dict[str, list[dict[str, Any]]]) -> str:
     lines = [
-        "| policy | use | budget | success (95% CI) | real calls/ep | rehearsals/ep | rehearsal tokens/ep | s/ep |",
-        "|---|---|---|---|---|---|---|---|",
+        "| policy | use | budget | episodes | success (95% CI) | real calls/ep | rehearsals/ep | rehearsal tokens/ep "
+        "| s/ep |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, rows in results.items():
         for r in rows:
             lo, hi = r["success_ci"]
             lines.append(
-                f"| {name} | {r['use'] if r['budget'] != 0 else '-'} | {r['budget']} | "
+                f"| {name} | {r['use'] if r['budget'] != 0 else '-'} | {r['budget']} | {r['episodes']} | "
                 f"{100 * r['success']:.1f}% ({100 * lo:.0f}-{100 * hi:.0f}) | {r['real_calls']:.2f} | "
                 f"{r['rehearsals']:.2f} | {r['rehearsal_tokens']:.0f} | {r['seconds_per_episode']:.1f} |"
             )
@@ -156,8 +157,8 @@ def write_docs(path: str) -> None:
     report = json.loads(Path(path).read_text())
     s = report["settings"]
     caption = (
-        f"Raw results: `docs/{Path(path).name}` ({s['episodes']} held-out test episodes per configuration, "
-        f"{s['suite']}, seed {s['seed']}, {report['minutes']} min on {report.get('machine', 'CPU')})."
+        f"Raw results: `docs/{Path(path).name}` (held-out test episodes of {s['suite']}, seed {s['seed']}; "
+        f"{report['minutes']} min on {report.get('machine', 'CPU')})."
     )
     changed = write_block("rehearsal.md", "rehearsal-table", f"{table(report['results'])}\n\n{caption}")
     print(f"docs/rehearsal.md {'rewritten' if changed else 'unchanged'} from {path}")
