@@ -79,10 +79,14 @@ def run_config(policy: LMPolicy, use: str, budget: int | str, args) -> dict[str,
     policy.sampling = SamplingConfig(0.0, 1.0, args.max_new_tokens, args.seed)
     policy.engine.clear()
     actor = make_agent(policy, use, budget, args)
-    envs = [learning.env_factory(args, "test")() for _ in range(min(args.batch, args.episodes))]
+    envs = [learning.env_factory(args, args.split)() for _ in range(min(args.batch, args.episodes))]
     t0 = time.monotonic()
     report = evaluate(envs, actor, args.episodes, seed=args.seed, progress=False, desc=f"{use}-{budget}")
     seconds = time.monotonic() - t0
+    if args.save_trajectories:  # to read what each configuration did (on the train split: to choose designs)
+        from envace_gym.agents.rollout import save_trajectories
+
+        save_trajectories(report.trajectories, Path(args.out) / "trajectories" / f"{args.current}-{use}-{budget}.jsonl")
     rows = report.per_episode()
     n = len(rows)
     wins = sum(r["success"] for r in rows)
@@ -176,6 +180,8 @@ def main() -> None:
     parser.add_argument("--memory-tokens", type=int, default=256, help="the rehearsal memory's bound")
     parser.add_argument("--batch", type=int, default=16, help="envs in lockstep")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--split", default="test", help="test (the figures) or train (to read episodes and choose)")
+    parser.add_argument("--save-trajectories", action="store_true", help="OUT/trajectories/POLICY-USE-BUDGET.jsonl")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--out", default="runs/rehearsal_budget", help="output folder")
     parser.add_argument(
@@ -214,6 +220,7 @@ def main() -> None:
             continue
         policy = learning.load(spec, args, args.seed)
         for use, budget in todo:
+            args.current = name.replace(" ", "-")
             row = run_config(policy, use, budget, args)
             rows.append(row)
             print(
@@ -224,7 +231,7 @@ def main() -> None:
             )
             # Written after every configuration: a run cut short keeps what it finished.
             settings = {k: getattr(args, k) for k in ("episodes", "memory_tokens", "seed", "suite", "max_calls",
-                                                      "max_turns", "max_new_tokens", "device")}  # fmt: skip
+                                                      "max_turns", "max_new_tokens", "device", "split")}  # fmt: skip
             report = {"settings": settings, "policies": policies, "results": results,
                       "minutes": round((time.monotonic() - t0) / 60, 1)}  # fmt: skip
             (out / "results.json").write_text(json.dumps(report, indent=2))
