@@ -79,10 +79,14 @@ def run_config(policy: LMPolicy, use: str, budget: int | str, args) -> dict[str,
     policy.sampling = SamplingConfig(0.0, 1.0, args.max_new_tokens, args.seed)
     policy.engine.clear()
     actor = make_agent(policy, use, budget, args)
-    envs = [learning.env_factory(args, "test")() for _ in range(min(args.batch, args.episodes))]
+    envs = [learning.env_factory(args, args.split)() for _ in range(min(args.batch, args.episodes))]
     t0 = time.monotonic()
     report = evaluate(envs, actor, args.episodes, seed=args.seed, progress=False, desc=f"{use}-{budget}")
     seconds = time.monotonic() - t0
+    if args.save_trajectories:  # to read what each configuration did (on the train split: to choose designs)
+        from envace_gym.agents.rollout import save_trajectories
+
+        save_trajectories(report.trajectories, Path(args.out) / "trajectories" / f"{args.current}-{use}-{budget}.jsonl")
     rows = report.per_episode()
     n = len(rows)
     wins = sum(r["success"] for r in rows)
@@ -137,14 +141,15 @@ def label(row: dict[str, Any]) -> str:
 
 def table(results: dict[str, list[dict[str, Any]]]) -> str:
     lines = [
-        "| policy | use | budget | success (95% CI) | real calls/ep | rehearsals/ep | rehearsal tokens/ep | s/ep |",
-        "|---|---|---|---|---|---|---|---|",
+        "| policy | use | budget | episodes | success (95% CI) | real calls/ep | rehearsals/ep | rehearsal tokens/ep "
+        "| s/ep |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, rows in results.items():
         for r in rows:
             lo, hi = r["success_ci"]
             lines.append(
-                f"| {name} | {r['use'] if r['budget'] != 0 else '-'} | {r['budget']} | "
+                f"| {name} | {r['use'] if r['budget'] != 0 else '-'} | {r['budget']} | {r['episodes']} | "
                 f"{100 * r['success']:.1f}% ({100 * lo:.0f}-{100 * hi:.0f}) | {r['real_calls']:.2f} | "
                 f"{r['rehearsals']:.2f} | {r['rehearsal_tokens']:.0f} | {r['seconds_per_episode']:.1f} |"
             )
@@ -156,8 +161,8 @@ def write_docs(path: str) -> None:
     report = json.loads(Path(path).read_text())
     s = report["settings"]
     caption = (
-        f"Raw results: `docs/{Path(path).name}` ({s['episodes']} held-out test episodes per configuration, "
-        f"{s['suite']}, seed {s['seed']}, {report['minutes']} min on {report.get('machine', 'CPU')})."
+        f"Raw results: `docs/{Path(path).name}` (held-out test episodes of {s['suite']}, seed {s['seed']}; "
+        f"{report['minutes']} min on {report.get('machine', 'CPU')})."
     )
     changed = write_block("rehearsal.md", "rehearsal-table", f"{table(report['results'])}\n\n{caption}")
     print(f"docs/rehearsal.md {'rewritten' if changed else 'unchanged'} from {path}")
@@ -175,6 +180,8 @@ def main() -> None:
     parser.add_argument("--memory-tokens", type=int, default=256, help="the rehearsal memory's bound")
     parser.add_argument("--batch", type=int, default=16, help="envs in lockstep")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--split", default="test", help="test (the figures) or train (to read episodes and choose)")
+    parser.add_argument("--save-trajectories", action="store_true", help="OUT/trajectories/POLICY-USE-BUDGET.jsonl")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--out", default="runs/rehearsal_budget", help="output folder")
     parser.add_argument(
@@ -213,6 +220,7 @@ def main() -> None:
             continue
         policy = learning.load(spec, args, args.seed)
         for use, budget in todo:
+            args.current = name.replace(" ", "-")
             row = run_config(policy, use, budget, args)
             rows.append(row)
             print(
@@ -223,7 +231,7 @@ def main() -> None:
             )
             # Written after every configuration: a run cut short keeps what it finished.
             settings = {k: getattr(args, k) for k in ("episodes", "memory_tokens", "seed", "suite", "max_calls",
-                                                      "max_turns", "max_new_tokens", "device")}  # fmt: skip
+                                                      "max_turns", "max_new_tokens", "device", "split")}  # fmt: skip
             report = {"settings": settings, "policies": policies, "results": results,
                       "minutes": round((time.monotonic() - t0) / 60, 1)}  # fmt: skip
             (out / "results.json").write_text(json.dumps(report, indent=2))
