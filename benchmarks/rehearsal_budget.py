@@ -93,8 +93,8 @@ def run_config(policy: LMPolicy, use: str, budget: int | str, args) -> dict[str,
     choices: dict[str, int] = {}
     for traj in report.trajectories:
         for note in traj.notes:
-            if note.get("how"):
-                choices[note["how"]] = choices.get(note["how"], 0) + 1
+            if note.get("choice"):  # select mode's decision notes: agreement, judge, tie->judge, fallback, ...
+                choices[note["choice"]] = choices.get(note["choice"], 0) + 1
     return {
         "use": use,
         "budget": budget,
