@@ -239,12 +239,10 @@ def test_an_unclosed_think_with_only_prose_is_a_format_error_that_says_so():
     assert before.calls == [ToolCall("f", {})] and not before.errors
 
 
-def test_many_unclosed_thinks_parse_in_linear_time():
-    import time
-
-    t0 = time.perf_counter()
+def test_many_unclosed_thinks_parse_to_a_format_error():
+    # How its time grows with the input (linear) is measured by benchmarks/parse_scaling.py, not here.
     parsed = parse_calls("<think>a<tool_call>" * 20_000)
-    assert time.perf_counter() - t0 < 2.0 and parsed.errors and not parsed.calls
+    assert parsed.errors and not parsed.calls
 
 
 @settings(max_examples=200, deadline=None)
