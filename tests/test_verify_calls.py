@@ -7,6 +7,7 @@ import re
 
 import gymnasium as gym
 import pytest
+from doubles import Recording
 
 import envace_gym
 from envace_gym import ToolCall, format_calls
@@ -25,23 +26,6 @@ NOTE_MARK = "A private check predicts"
 
 
 # ------------------------------------------------------------------------------------------ test doubles
-class Recording:
-    """The real backend, with every call recorded as ``(name, canonical arguments)`` in a shared list."""
-
-    def __init__(self, inner, calls):
-        self.inner, self.calls = inner, calls
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def execute(self, call):
-        self.calls.append((call.name, canonical_json(call.arguments)))
-        return self.inner.execute(call)
-
-    def copy(self):
-        return Recording(self.inner.copy(), self.calls)
-
-
 def real_env(calls):
     def backend(task):
         return Recording(make_backend(task.backend), calls)
