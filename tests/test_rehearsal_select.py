@@ -146,6 +146,42 @@ def test_the_judge_overrules_the_majority_and_an_unusable_verdict_falls_back_to_
     assert traj.notes[0]["choice"] == "judge->agreement" and traj.notes[0]["chosen"] == 2
 
 
+def test_the_policys_own_draft_is_a_vote_that_wins_ties_and_loses_to_agreeing_rehearsals():
+    # The draft acts first (it takes the first plan), then the rehearsals: [draft, rehearsal 1, rehearsal 2].
+    traj, calls = run_select([WRONG, RIGHT, RIGHT], budget=2, choose="draft")
+    assert calls == [as_recorded(RIGHT)] and traj.notes[0]["choice"] == "agreement"  # two against the draft
+    assert traj.notes[0]["votes"] == 2 and traj.notes[0]["chosen"] == 1
+    traj, calls = run_select([WRONG, WRONG, RIGHT], budget=2, choose="draft")
+    assert calls == [as_recorded(WRONG)] and traj.notes[0]["choice"] == "draft" and traj.notes[0]["votes"] == 2
+    assert traj.notes[0]["chosen"] == 0  # 0: the draft, not a rehearsal
+    traj, calls = run_select([WRONG, RIGHT, MISSPELT], budget=2, choose="draft", judge=Judge("2"))
+    assert calls == [as_recorded(WRONG)] and traj.notes[0]["choice"] == "draft-tie"  # one against one: the draft
+    assert traj.notes[0]["judge_tokens"] == 0  # no judge is asked
+
+
+def test_a_draft_that_would_fail_is_no_candidate_and_is_committed_only_where_nothing_else_is():
+    traj, calls = run_select([MISSPELT, WRONG, RIGHT], budget=2, choose="draft")
+    assert calls == [as_recorded(WRONG)] and traj.notes[0]["choice"] == "tie->earliest"  # the draft: no vote
+    traj, calls = run_select([MISSPELT, MISSPELT, MISSPELT], budget=2, choose="draft")
+    assert traj.notes[0]["choice"] == "fallback" and traj.notes[0]["chosen"] == 0
+    assert calls[0] == as_recorded(MISSPELT) and "get_balanse" in traj.messages[2]["content"]  # its own move
+
+
+def test_an_lm_policys_draft_is_generated_with_its_own_sampling_and_counted_apart():
+    calls = []
+    agent = PrivateRehearsal(scripted_lm([WRONG, RIGHT, RIGHT]), budget=2, use="select", choose="draft",
+                             imaginer=WrongWorld())  # fmt: skip
+    (traj,) = collect([real_env(calls)], agent, 1, task_ids=[TASK], progress=False)
+    assert calls == [as_recorded(RIGHT)] and traj.success
+    first = traj.notes[0]
+    drafted = agent.tokenizer.encode(format_calls([ToolCall(*WRONG)]), add_special_tokens=False)
+    assert first["choice"] == "agreement" and first["draft_tokens"] == len(drafted) + 1  # and the end of turn
+    (plain,) = collect([real_env([])], PrivateRehearsal(scripted_lm([RIGHT, RIGHT]), budget=2, use="select",
+                       imaginer=WrongWorld()), 1, task_ids=[TASK], progress=False)  # fmt: skip
+    assert first["rehearsal_tokens"] == plain.notes[0]["rehearsal_tokens"]  # the draft is counted apart
+    assert traj.notes[1]["choice"] == "draft" and traj.notes[1]["votes"] == 3  # all three answer alike
+
+
 # ------------------------------------------------------------------------------------------- re-planning
 def test_each_decision_rehearses_from_the_real_state_not_the_imagined_one():
     traj, calls = run_select([], budget=2)

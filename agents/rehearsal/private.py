@@ -33,6 +33,12 @@ its text as generated; the env runs it for real. Which one (``choose``):
   answer, whitespace-normalised, when it makes no call); a first message the deterministic checks REJECTED
   (format, unknown tool, schema) is no candidate, since it fails for real too. A tie in the top count goes
   to the judge (the LM policy, or ``judge=``), else to the earliest rehearsal;
+* ``"draft"``: agreement in which the policy's own next message counts: before rehearsing, the policy drafts
+  it as it would act (its own sampling, greedy in ``envace eval``); the draft is one vote among the
+  rehearsals' first messages and wins ties, so a rehearsed plan replaces it only when more rehearsals agree on
+  that plan than on the draft (budget 2: both rehearsals, against the draft). A draft that does not parse or
+  names an undeclared tool is no candidate (its schema is not checked before the real call). The draft's
+  tokens are counted apart (``draft_tokens``): at budget 0 the policy generates that message anyway;
 * ``"judge"``: the policy's own verdict, asked greedily in one user message (the user's request, the
   candidate rehearsals numbered, each with its calls, imagined results (clipped) and final answer, then
   "Which rehearsal reaches the user's goal? Answer with its number."); the first integer in range picks; an
@@ -58,6 +64,7 @@ import gymnasium as gym
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.loop import PolicyChoice, PolicyNote, Trajectory, collect
 from envace_gym.backends.spec import BackendSpec
+from envace_gym.calls import parse_calls, tool_calls_to_openai, tool_names_of
 from envace_gym.compose import rehearse
 from envace_gym.rehearsal import Imaginer, RehearsalFork
 
@@ -84,7 +91,7 @@ REHEARSAL_MODES = ("parallel", "sequential")
 #: What rehearsals are for (``PrivateRehearsal(use=...)``): a memory the actor reads, or plans it selects from.
 REHEARSAL_USES = ("memory", "select")
 #: How select mode picks a rehearsal (``PrivateRehearsal(choose=...)``).
-REHEARSAL_CHOICES = ("agreement", "judge")
+REHEARSAL_CHOICES = ("agreement", "draft", "judge")
 _SUMMARY_PROMPT = (
     "Below are notes from private rehearsals of the user's task (imagined, not real). Summarise in a few "
     "short lines what to do for real: which calls to make with which arguments, which calls were rejected, "
@@ -153,7 +160,8 @@ class PrivateRehearsal:
         seed: base seed of the rehearsals' sampling.
         use: ``"memory"`` (rehearse before the task, the actor reads a memory of it) or ``"select"`` (rehearse
             before every turn and commit the chosen rehearsal's first message; see the module docstring).
-        choose: (select) ``"agreement"`` or ``"judge"``.
+        choose: (select) ``"agreement"``, ``"draft"`` (the policy's own next message is a vote and wins ties)
+            or ``"judge"``.
         judge: (select) who gives the verdict (anything with ``act(messages, tools, sampling)`` returning a
             generation with ``text`` and ``token_ids``); default: the policy itself when it is an LM policy.
         judge_tokens: (select) the verdict's ``max_new_tokens``.
@@ -265,8 +273,12 @@ class PrivateRehearsal:
             return [None] * len(envs)
         t0 = time.monotonic()
         starts = [len(info["messages"]) for info in infos]
+        drafts = self._drafts(observations, infos) if self.choose == "draft" else [None] * len(envs)
         played, agreed, user_tokens = self._rehearse(envs, observations, starts, _first_messages_agree)
-        choices = [self._select(p, n, info["messages"]) for p, n, info in zip(played, starts, infos, strict=True)]
+        choices = [
+            self._select(p, n, info["messages"], draft)
+            for p, n, info, draft in zip(played, starts, infos, drafts, strict=True)
+        ]
         seconds = (time.monotonic() - t0) / len(envs)  # the batch's time, shared evenly
         for choice, ok, user in zip(choices, agreed, user_tokens, strict=True):
             choice.stats.update(agreed=ok if self.budget == "adaptive" else None, seconds=round(seconds, 3))
@@ -311,9 +323,17 @@ class PrivateRehearsal:
                 agreed[k] = adaptive and agree(played[k], starts[k])
         return played, agreed, [_user_tokens(f) for f in forks]
 
-    def _select(self, played: Sequence[Trajectory], start: int, messages: Sequence[dict[str, Any]]) -> PolicyChoice:
+    def _select(
+        self,
+        played: Sequence[Trajectory],
+        start: int,
+        messages: Sequence[dict[str, Any]],
+        draft: tuple[str, tuple | None, int] | None = None,
+    ) -> PolicyChoice:
         """The first message to commit among ``played`` (rehearsals from ``messages``, of which ``start``) and how
-        it was chosen; no action where no rehearsal's first message is a candidate."""
+        it was chosen; with ``choose="draft"``, ``draft`` is the policy's own message ``(text, plan or None
+        where it is no candidate, tokens)``. No action where nothing is a candidate (a draft is then committed
+        as it is: the policy's own move)."""
         candidates = _candidates(played, start)
         stats: dict[str, Any] = {
             "use": "select",
@@ -322,16 +342,25 @@ class PrivateRehearsal:
             "rehearsal_tokens": sum(rehearsal_tokens(t) for t in played),
             "judge_tokens": 0,
         }
-        if not candidates:
+        if draft is not None:
+            stats["draft_tokens"] = draft[2]
+            if draft[1] is None and not candidates:
+                return PolicyChoice(draft[0], {**stats, "choice": "fallback", "chosen": 0, "votes": 0})
+        if not candidates and draft is None:
             return PolicyChoice(None, {**stats, "choice": "fallback", "chosen": None, "votes": 0})
         votes = Counter(plan for _, _, plan in candidates)
+        if draft is not None and draft[1] is not None:
+            votes[draft[1]] += 1
+            if votes[draft[1]] == max(votes.values()):  # the policy's own move stands unless outvoted
+                how = "draft" if votes[draft[1]] > 1 or not candidates else "draft-tie"
+                return PolicyChoice(draft[0], {**stats, "choice": how, "chosen": 0, "votes": votes[draft[1]]})
         top = max(votes.values())
         tied = [c for c in candidates if votes[c[2]] == top]  # in rehearsal order
         pick = None
         if self.choose == "judge" and len(votes) > 1:
             pick, stats["judge_tokens"] = self._verdict(candidates, played, start, messages)
             how = "judge" if pick is not None else "judge->agreement"
-        elif len({c[2] for c in tied}) > 1 and self.judge is not None:
+        elif len({c[2] for c in tied}) > 1 and self.judge is not None and draft is None:
             pick, stats["judge_tokens"] = self._verdict(tied, played, start, messages)
             how = "tie->judge" if pick is not None else "tie->earliest"
         else:
@@ -339,6 +368,20 @@ class PrivateRehearsal:
         index, text, plan = pick if pick is not None else tied[0]
         stats["rehearsal_tokens"] += stats["judge_tokens"]
         return PolicyChoice(text, {**stats, "choice": how, "chosen": index + 1, "votes": votes[plan]})
+
+    def _drafts(
+        self, observations: Sequence[Any], infos: Sequence[dict[str, Any]]
+    ) -> list[tuple[str, tuple | None, int]]:
+        """(choose="draft") The policy's own next message in each env, as it would act now: its text, its plan
+        (None where it is no candidate) and the tokens it took. An LM policy drafts all envs in one batched
+        call with its own sampling; a text policy drafts through a copy (its episode state stays as it is)."""
+        if self._is_lm:
+            gens = self.policy.act_batch([(info["messages"], info["tools"]) for info in infos], self.policy.sampling)
+            texts, tokens = [g.text for g in gens], [len(g.token_ids) for g in gens]
+        else:
+            texts = [copy.deepcopy(self.policy).act(obs, info) for obs, info in zip(observations, infos, strict=True)]
+            tokens = [0] * len(texts)
+        return [(t, _draft_plan(t, info["tools"]), n) for t, info, n in zip(texts, infos, tokens, strict=True)]
 
     def _verdict(
         self, candidates: Sequence[tuple], played: Sequence[Trajectory], start: int, messages: Sequence[dict[str, Any]]
@@ -426,6 +469,18 @@ def _candidates(played: Sequence[Trajectory], start: int) -> list[tuple[int, str
         if first is not None and not any(call.rejected for call in first[1].calls):
             out.append((k, first[0], first[1].plan()))
     return out
+
+
+def _draft_plan(text: str, tools: Sequence[Any]) -> tuple | None:
+    """The plan of a message not yet sent (as :func:`~.memory.first_step` would read it once run), or None where
+    it would fail for real whatever comes back: it does not parse, or it calls an undeclared tool."""
+    parsed = parse_calls(text, tool_names_of(tools))
+    if parsed.errors or any(call.name not in tool_names_of(tools) for call in parsed.calls):
+        return None
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if parsed.calls:
+        message["tool_calls"] = tool_calls_to_openai(parsed.calls)
+    return condense([message], 0).plan()
 
 
 def _first_messages_agree(played: Sequence[Trajectory], start: int) -> bool:

@@ -74,7 +74,8 @@ class EvalArgs:
         default="agreement",
         metadata={
             "help": "(select) agreement (the most frequent first message; a tie goes to the policy's verdict) | "
-            "judge (the policy's own verdict among the rehearsals)"
+            "draft (the policy's own next message is a vote and wins ties) | judge (the policy's own verdict "
+            "among the rehearsals)"
         },
     )
     plot: bool = field(
