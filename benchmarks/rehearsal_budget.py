@@ -75,10 +75,12 @@ def make_agent(policy: LMPolicy, use: str, budget: int | str, args) -> LMPolicy 
     )
 
 
-def run_config(policy: LMPolicy, use: str, budget: int | str, args) -> dict[str, Any]:
+def run_config(policy: LMPolicy, use: str, budget: int | str, args, rehearsal_seed: int = 0) -> dict[str, Any]:
+    """One configuration on ``args.episodes`` episodes: the tasks and their order come from ``args.seed`` (the
+    same for every configuration, so outcomes pair by task), the rehearsals' sampling from ``rehearsal_seed``."""
     policy.sampling = SamplingConfig(0.0, 1.0, args.max_new_tokens, args.seed)
     policy.engine.clear()
-    actor = make_agent(policy, use, budget, args)
+    actor = make_agent(policy, use, budget, argparse.Namespace(**{**vars(args), "seed": rehearsal_seed}))
     envs = [learning.env_factory(args, args.split)() for _ in range(min(args.batch, args.episodes))]
     t0 = time.monotonic()
     report = evaluate(envs, actor, args.episodes, seed=args.seed, progress=False, desc=f"{use}-{budget}")
@@ -86,7 +88,9 @@ def run_config(policy: LMPolicy, use: str, budget: int | str, args) -> dict[str,
     if args.save_trajectories:  # to read what each configuration did (on the train split: to choose designs)
         from envace_gym.agents.rollout import save_trajectories
 
-        save_trajectories(report.trajectories, Path(args.out) / "trajectories" / f"{args.current}-{use}-{budget}.jsonl")
+        tail = f"-r{rehearsal_seed}" if rehearsal_seed else ""
+        path = Path(args.out) / "trajectories" / f"{args.current}-{use}-{budget}{tail}.jsonl"
+        save_trajectories(report.trajectories, path)
     rows = report.per_episode()
     n = len(rows)
     wins = sum(r["success"] for r in rows)
@@ -107,6 +111,9 @@ def run_config(policy: LMPolicy, use: str, budget: int | str, args) -> dict[str,
         "memory_tokens": sum(r["memory_tokens"] for r in rows) / n,
         "seconds_per_episode": seconds / n,
         "choices": choices,  # select mode: how each decision was made (agreement, judge, tie->judge, ...)
+        "rehearsal_seed": rehearsal_seed if budget != 0 else None,
+        "task_ids": [r["task_id"] for r in rows],  # with outcomes: the pairing with budget 0, task by task
+        "outcomes": [int(r["success"]) for r in rows],
     }
 
 
@@ -139,18 +146,64 @@ def label(row: dict[str, Any]) -> str:
     return "none" if row["budget"] == 0 else f"{row['use']} {row['budget']}"
 
 
+def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of one policy with the same (use, budget) over rehearsal seeds, pooled: success over all their
+    episodes, per-seed figures averaged, and ``delta``: the mean paired difference from budget 0 (the same
+    tasks, budget 0 greedy and so seed-free) with a 95% bootstrap interval over tasks, where outcomes were kept."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["use"], r["budget"]), []).append(r)
+    base = next((g[0] for key, g in groups.items() if key[1] == 0), None)
+    out = []
+    for (use, budget), group in groups.items():
+        n = sum(r["episodes"] for r in group)
+        wins = round(sum(r["success"] * r["episodes"] for r in group))
+        row = {"use": use, "budget": budget, "episodes": n, "success": wins / n, "success_ci": wilson_interval(wins, n),
+               "seeds": len(group), "per_seed": [r["success"] for r in group], "delta": None}  # fmt: skip
+        for key in ("real_calls", "rehearsals", "rehearsal_tokens", "seconds_per_episode"):
+            row[key] = sum(r[key] * r["episodes"] for r in group) / n
+        if budget != 0 and base is not None and "outcomes" in base and all("outcomes" in r for r in group):
+            row["delta"] = paired_delta(base, group)
+        out.append(row)
+    return out
+
+
+def paired_delta(base: dict[str, Any], group: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean of (configuration - budget 0) success over tasks, each task's difference averaged over the seeds
+    that played it; 95% interval by bootstrap over tasks; tasks won and lost (summed over seeds)."""
+    import numpy as np
+
+    before = dict(zip(base["task_ids"], base["outcomes"], strict=True))
+    per_task: dict[str, list[int]] = {}
+    for r in group:
+        for task, outcome in zip(r["task_ids"], r["outcomes"], strict=True):
+            if task in before:
+                per_task.setdefault(task, []).append(outcome - before[task])
+    diffs = np.array([sum(d) / len(d) for d in per_task.values()])
+    rng = np.random.default_rng(0)
+    boot = rng.choice(diffs, size=(2000, len(diffs))).mean(axis=1)
+    flat = [d for ds in per_task.values() for d in ds]
+    return {"mean": float(diffs.mean()), "ci": [float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))],
+            "won": flat.count(1), "lost": flat.count(-1), "tasks": len(diffs)}  # fmt: skip
+
+
 def table(results: dict[str, list[dict[str, Any]]]) -> str:
     lines = [
-        "| policy | use | budget | episodes | success (95% CI) | real calls/ep | rehearsals/ep | rehearsal tokens/ep "
-        "| s/ep |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| policy | use | budget | seeds | episodes | success (95% CI) | vs budget 0, paired (95% CI; won/lost) "
+        "| real calls/ep | rehearsals/ep | rehearsal tokens/ep | s/ep |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, rows in results.items():
-        for r in rows:
+        for r in pooled(rows):
             lo, hi = r["success_ci"]
+            d = r["delta"]
+            vs = "-" if d is None else (
+                f"{100 * d['mean']:+.1f} ({100 * d['ci'][0]:+.1f} to {100 * d['ci'][1]:+.1f}; {d['won']}/{d['lost']})"
+            )  # fmt: skip
             lines.append(
-                f"| {name} | {r['use'] if r['budget'] != 0 else '-'} | {r['budget']} | {r['episodes']} | "
-                f"{100 * r['success']:.1f}% ({100 * lo:.0f}-{100 * hi:.0f}) | {r['real_calls']:.2f} | "
+                f"| {name} | {r['use'] if r['budget'] != 0 else '-'} | {r['budget']} | {r['seeds']} | "
+                f"{r['episodes']} | "
+                f"{100 * r['success']:.1f}% ({100 * lo:.0f}-{100 * hi:.0f}) | {vs} | {r['real_calls']:.2f} | "
                 f"{r['rehearsals']:.2f} | {r['rehearsal_tokens']:.0f} | {r['seconds_per_episode']:.1f} |"
             )
     return "\n".join(lines)
@@ -179,7 +232,10 @@ def main() -> None:
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated USE:BUDGET (budget 0 always runs)")
     parser.add_argument("--memory-tokens", type=int, default=256, help="the rehearsal memory's bound")
     parser.add_argument("--batch", type=int, default=16, help="envs in lockstep")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the tasks and their order (one for every configuration)")
+    parser.add_argument(
+        "--rehearsal-seeds", default="0", help="comma-separated: each rehearsal configuration runs once per seed"
+    )
     parser.add_argument("--split", default="test", help="test (the figures) or train (to read episodes and choose)")
     parser.add_argument("--save-trajectories", action="store_true", help="OUT/trajectories/POLICY-USE-BUDGET.jsonl")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -215,23 +271,29 @@ def main() -> None:
     t0 = time.monotonic() - 60 * previous.get("minutes", 0.0)
     for name, spec in policies.items():
         rows = results.setdefault(name, [])
-        todo = [(u, b) for u, b in configs if not any(r["use"] == u and r["budget"] == b for r in rows)]
+        seeds = [int(x) for x in args.rehearsal_seeds.split(",")]
+        runs = [(u, b, s) for u, b in configs for s in (seeds if b != 0 else [0])]
+        todo = [(u, b, s) for u, b, s in runs if not any(
+            r["use"] == u and r["budget"] == b and (b == 0 or r.get("rehearsal_seed", args.seed) == s) for r in rows
+        )]  # fmt: skip
         if not todo:
             continue
         policy = learning.load(spec, args, args.seed)
-        for use, budget in todo:
+        for use, budget, rehearsal_seed in todo:
             args.current = name.replace(" ", "-")
-            row = run_config(policy, use, budget, args)
+            row = run_config(policy, use, budget, args, rehearsal_seed)
             rows.append(row)
             print(
-                f"{name} {label(row)}: success {row['success']:.3f} [{row['success_ci'][0]:.3f}, "
+                f"{name} {label(row)} (rehearsal seed {rehearsal_seed}): success {row['success']:.3f} "
+                f"[{row['success_ci'][0]:.3f}, "
                 f"{row['success_ci'][1]:.3f}], {row['real_calls']:.2f} real calls, {row['rehearsals']:.2f} rehearsals, "
                 f"{row['rehearsal_tokens']:.0f} tokens, {row['seconds_per_episode']:.1f} s per episode",
                 flush=True,
             )
             # Written after every configuration: a run cut short keeps what it finished.
-            settings = {k: getattr(args, k) for k in ("episodes", "memory_tokens", "seed", "suite", "max_calls",
-                                                      "max_turns", "max_new_tokens", "device", "split")}  # fmt: skip
+            keys = ("episodes", "memory_tokens", "seed", "rehearsal_seeds", "suite", "max_calls", "max_turns",
+                    "max_new_tokens", "device", "split")  # fmt: skip
+            settings = {k: getattr(args, k) for k in keys}
             report = {"settings": settings, "policies": policies, "results": results,
                       "minutes": round((time.monotonic() - t0) / 60, 1)}  # fmt: skip
             (out / "results.json").write_text(json.dumps(report, indent=2))

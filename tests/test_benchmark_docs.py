@@ -88,3 +88,26 @@ def test_the_env_step_block_is_in_the_scripts_format():
         ]
     }
     assert env_step.docs_table(result) == _block("benchmarks.md", "env-step")
+
+
+def test_the_rehearsal_table_pools_seeds_and_pairs_each_task_with_budget_0():
+    bench = _load("rehearsal_budget")
+
+    def row(use, budget, seed, outcomes):
+        n = len(outcomes)
+        return {"use": use, "budget": budget, "rehearsal_seed": seed, "episodes": n, "success": sum(outcomes) / n,
+                "real_calls": 1.0, "rehearsals": 2.0 * (budget != 0), "rehearsal_tokens": 0.0,
+                "seconds_per_episode": 1.0, "task_ids": ["a", "b", "c", "d"], "outcomes": outcomes}  # fmt: skip
+
+    rows = [row("none", 0, None, [1, 0, 0, 1]), row("select-draft", 2, 0, [1, 1, 0, 0]),
+            row("select-draft", 2, 1, [1, 1, 1, 1])]  # fmt: skip
+    base, select = bench.pooled(rows)
+    assert base["delta"] is None and base["seeds"] == 1 and base["episodes"] == 4
+    assert select["seeds"] == 2 and select["episodes"] == 8 and select["success"] == 6 / 8
+    # per task, averaged over seeds: a 0, b +1, c +0.5, d -0.5 -> mean +0.25; won 3 (b twice, c), lost 1 (d)
+    assert select["delta"]["mean"] == 0.25 and (select["delta"]["won"], select["delta"]["lost"]) == (3, 1)
+    lo, hi = select["delta"]["ci"]
+    assert lo < 0.25 < hi and lo >= -0.5 and hi <= 1.0
+    assert "+25.0 (" in bench.table({"p": rows}) and "; 3/1) |" in bench.table({"p": rows})
+    old = [{k: v for k, v in r.items() if k not in ("task_ids", "outcomes")} for r in rows]
+    assert bench.pooled(old)[1]["delta"] is None  # results kept before outcomes were: no paired column
