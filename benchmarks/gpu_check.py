@@ -1,6 +1,6 @@
 """The GPU check: does the package train and generate on a GPU, and how fast? One process, one GPU, no download.
 
-Four parts (about 3-5 minutes on one H100-class GPU, 8 at most):
+Four parts, sized to stay under 8 minutes on one H100-class GPU (not yet timed on one):
 
 (a) **train**: ``--steps`` (20) EnvACE steps (``EnvACETrainer``, ``backend="self"``, 2 task groups of 4 envs,
     one-turn ``builtin/bank`` episodes whose reward is the parity of the answer's length, so random text
@@ -47,6 +47,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import gc
 import json
 import math
 import platform
@@ -131,6 +132,7 @@ def phase(device: torch.device, into: dict[str, Any]) -> Iterator[None]:
     """Time the block into ``into["seconds"]`` and, on CUDA, its peak allocated memory into ``into["peak_gib"]``
     (the counter reset at the start, so each phase reports its own peak)."""
     if device.type == "cuda":
+        gc.collect()  # what an earlier phase left in reference cycles (a trainer and its optimizer state)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     sync(device)
@@ -195,6 +197,8 @@ def train_check(policy: Any, steps: int, max_new_tokens: int) -> dict[str, Any]:
         except FloatingPointError as exc:  # the trainer's own check of a non-finite loss
             records, error = [], str(exc)
         del trainer
+    for p in model.parameters():
+        p.grad = None  # the last step's gradients: not needed by the phases that follow
     losses = [r["loss"] for r in records]
     change = sum(float((p.detach().cpu() - s).abs().sum()) for p, s in zip(model.parameters(), start, strict=True))
     result.update(
