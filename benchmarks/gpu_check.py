@@ -48,6 +48,7 @@ import contextlib
 import dataclasses
 import datetime
 import gc
+import importlib.metadata
 import json
 import math
 import platform
@@ -450,11 +451,9 @@ def machine(device: torch.device) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
     }
-    try:
-        import vllm
-
-        info["vllm"] = vllm.__version__
-    except Exception:  # not installed, or broken: (d) says so
+    try:  # the installed version, without importing vllm (slow, and (d) imports it where it runs)
+        info["vllm"] = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
         info["vllm"] = None
     return info
 
