@@ -24,3 +24,23 @@ def isolated_registries(monkeypatch):
     for name in set(sys.modules) - before:
         if name.startswith(("usermod_", "envace_fake_plugin", "library_tools")):  # the tests' user modules
             del sys.modules[name]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one (reason: no CUDA device)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` are skipped where CUDA is not available, so CI never needs a GPU."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch  # only when a GPU test was collected: the rest of the suite does not pay for it here
+
+    if torch.cuda.is_available():
+        return
+    # A skipif put first: pytest evaluates skipif marks before skip marks, in order, and the first that holds
+    # gives the reason, so "no CUDA device" wins over a test's own skipif (e.g. vllm not installed).
+    skip = pytest.mark.skipif(True, reason="no CUDA device")
+    for item in gpu:
+        item.add_marker(skip, append=False)

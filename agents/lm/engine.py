@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -362,6 +363,9 @@ class VLLMEngine(_EngineBase):  # pragma: no cover - needs a GPU and vllm; never
     ) -> None:
         if not vllm_available():
             raise RuntimeError("VLLMEngine needs the vllm package and a CUDA GPU")
+        # vLLM's V1 engine runs the model in a child process unless told otherwise; sync_weights reaches the
+        # model in this process (llm_engine.model_executor exists only then), as TRL's colocate mode does.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
         super().__init__(tokenizer, stop_token_ids)
@@ -370,8 +374,16 @@ class VLLMEngine(_EngineBase):  # pragma: no cover - needs a GPU and vllm; never
     def sync_weights(self, model: Any) -> None:
         """Load the trained transformers model's weights into vLLM's copy (after each training update).
 
-        Reaches vLLM's in-process model runner (``enforce_eager`` single-GPU set-ups); untested here."""
-        runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
+        Reaches vLLM's in-process model runner (single-GPU set-ups; ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which
+        the constructor sets unless the environment already says otherwise). ``tests/test_gpu_check.py``
+        checks that generation after it follows the new weights, where vllm and a GPU are present."""
+        executor = getattr(self.llm.llm_engine, "model_executor", None)
+        if executor is None:
+            raise RuntimeError(
+                "VLLMEngine.sync_weights needs vLLM's engine in this process: unset VLLM_ENABLE_V1_MULTIPROCESSING "
+                "or set it to 0 before the engine is made"
+            )
+        runner = executor.driver_worker.model_runner
         runner.model.load_weights(model.state_dict().items())
         self.llm.reset_prefix_cache()
 

@@ -194,8 +194,9 @@ def default_tokenizer():
     return AutoTokenizer.from_pretrained(str(ensure_default_model()), local_files_only=True)
 
 
-def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64):
-    """``(model, tokenizer)``: a small Llama with random weights (seeded) and the embedded model's tokenizer.
+def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64, tokenizer: Any = None):
+    """``(model, tokenizer)``: a small Llama with random weights (seeded) and the embedded model's tokenizer
+    (or ``tokenizer``, e.g. one saved from it, where the embedded model is not installed).
 
     Its outputs are gibberish, but every code path (chat template, batching, caches, logprobs, training)
     is the one the real model takes: fast tests and smoke runs.
@@ -203,7 +204,7 @@ def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tok = default_tokenizer()
+    tok = tokenizer if tokenizer is not None else default_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden,
