@@ -181,6 +181,7 @@ def test_worker_plays_real_episodes_with_our_masks_and_rewards(tiny_dir, tmp_pat
         assert score == traj.reward == (1.0 if k == 0 else 0.0)
         assert output.batch["rm_scores"][i, n - 1] == traj.reward
         assert output.non_tensor_batch["envace_success"][i] == float(traj.success)
+        assert output.non_tensor_batch["envace_task_id"][i] == task.id
     # verl's sampling params reached the server; ours set the token budget and the turn's stop tokens.
     assert {p["max_tokens"] for p in server.params} == {256}
     assert all(set(policy.engine.stop_token_ids) <= set(p["stop_token_ids"]) for p in server.params)

@@ -23,10 +23,13 @@ and each dataset row (:func:`verl_dataset` writes them) names its task: ``task_i
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 import threading
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,9 @@ __all__ = ["EnvACEAgentLoop", "ServerEngine", "ServerPolicy", "verl_dataset"]
 
 #: Keys of verl's sampling params that the episode loop sets per call (from its ``SamplingConfig``).
 _PER_CALL = ("temperature", "top_p", "max_tokens", "max_new_tokens")
+#: Episodes one verl worker process plays at once. Each runs in a thread that mostly waits for the servers,
+#: so this is sized for verl's concurrency (every row of a worker's batch at once), not for the CPU cores.
+EPISODE_THREADS = 512
 
 
 class ServerEngine(_EngineBase):
@@ -100,7 +106,7 @@ class ServerEngine(_EngineBase):
         server keeps its own caches and samples with its own seeds)."""
         if not prompts:
             return []
-        if getattr(self.loop, "_thread_id", None) == threading.get_ident():
+        if _running_loop() is self.loop:
             raise RuntimeError("ServerEngine.generate blocks: call it from a worker thread, not the event loop")
         params = {**self.params, "temperature": sampling.temperature, "top_p": sampling.top_p}
         params["max_tokens"] = sampling.max_new_tokens
@@ -199,60 +205,61 @@ class EnvACEAgentLoop(AgentLoopBase):
         self.trained_roles = trained_roles(str(self.spec), bool(train_env_role), "verl")
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
-        self.last: Trajectory | None = None  # the latest episode (for tests and debugging)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Play the row's task (``task_id``, optional ``suite``; at the top level or in ``extra_info``) and
         return it as verl's ``AgentLoopOutput``, with the env's reward as ``reward_score``."""
         task_id, suite = _row_task(kwargs)
-        engine = ServerEngine(
-            self.server_manager, self.tokenizer, asyncio.get_running_loop(), uuid.uuid4().hex, sampling_params
-        )
-        sampling = SamplingConfig(
-            temperature=float(sampling_params.get("temperature", 1.0)),
-            top_p=float(sampling_params.get("top_p", 1.0)),
-            max_new_tokens=self.max_new_tokens,
-            seed=None,  # the servers sample with their own seeds
-        )
-        policy = ServerPolicy(self.tokenizer, engine, sampling, self.prompt_length + self.response_length)
         env_kwargs = {**self.env_kwargs, **({"suite": suite} if suite else {})}
+        loop = asyncio.get_running_loop()
         start = time.perf_counter()
-        traj = await asyncio.to_thread(self._play, policy, sampling, task_id, env_kwargs)
+        traj, waited = await loop.run_in_executor(
+            _episode_threads(), self._play, loop, dict(sampling_params), task_id, env_kwargs
+        )
         elapsed = time.perf_counter() - start
-        self.last = traj
         row = split_trajectory(traj, self.trained_roles)
         if len(row["prompt_ids"]) > self.prompt_length:
             raise ValueError(
                 f"task {task_id}: its prompt has {len(row['prompt_ids'])} tokens, more than "
                 f"rollout.prompt_length={self.prompt_length}: raise it"
             )
-        cut = len(row["completion_ids"]) > self.response_length
-        n = self.response_length  # verl pads every row to this; the episode's reward stays on the cut row
+        n = self.response_length  # verl pads every row to this; a longer episode keeps its reward on the cut row
         return AgentLoopOutput(
             prompt_ids=row["prompt_ids"],
             response_ids=row["completion_ids"][:n],
             response_mask=row["env_mask"][:n],
             response_logprobs=row["logprobs"][:n] if sampling_params.get("logprobs") else None,
             reward_score=float(traj.reward),
-            num_turns=len(traj.messages),
-            metrics=AgentLoopMetrics(generate_sequences=engine.seconds, tool_calls=elapsed - engine.seconds),
+            num_turns=sum(m["role"] != "system" for m in traj.messages),
+            metrics=AgentLoopMetrics(generate_sequences=waited, tool_calls=elapsed - waited),
+            # verl keeps these per row (None for rows of other agent loops in the same batch).
             extra_fields={
                 "turn_scores": [],
                 "tool_rewards": [],
-                "reward_extra_info": {
-                    "envace_success": float(traj.success),
-                    "envace_truncated": float(traj.truncated or cut),
-                },
+                "envace_task_id": task_id,
+                "envace_success": float(traj.success),
+                "envace_truncated": float(traj.truncated or len(row["completion_ids"]) > n),
             },
         )
 
-    def _play(self, policy: ServerPolicy, sampling: SamplingConfig, task_id: str, env_kwargs: dict) -> Trajectory:
-        """One episode (in a worker thread: the env and its backends are synchronous)."""
-        self_imagined = self.spec.self_imagined
+    def _play(
+        self, loop: asyncio.AbstractEventLoop, sampling_params: dict[str, Any], task_id: str, env_kwargs: dict
+    ) -> tuple[Trajectory, float]:
+        """One episode, in a worker thread (the env and its backends are synchronous): the trajectory and the
+        seconds spent waiting for the servers."""
+        tokenizer = _own_tokenizer(self.tokenizer)
+        engine = ServerEngine(self.server_manager, tokenizer, loop, uuid.uuid4().hex, sampling_params)
+        sampling = SamplingConfig(
+            temperature=float(sampling_params.get("temperature", 1.0)),
+            top_p=float(sampling_params.get("top_p", 1.0)),
+            max_new_tokens=self.max_new_tokens,
+            seed=None,  # the servers sample with their own seeds
+        )
+        policy = ServerPolicy(tokenizer, engine, sampling, self.prompt_length + self.response_length)
         env = make_env(
             self.env_id,
             backend=self.spec,
-            imaginer=policy if self_imagined else None,
+            imaginer=policy if self.spec.self_imagined else None,
             rehearsal=self.rehearsal or None,
             **env_kwargs,
         )
@@ -270,7 +277,34 @@ class EnvACEAgentLoop(AgentLoopBase):
             )
         finally:
             env.close()
-        return trajs[0]
+        return trajs[0], engine.seconds
+
+
+@functools.cache
+def _episode_threads() -> ThreadPoolExecutor:
+    """The threads episodes run in (started on demand, up to :data:`EPISODE_THREADS`): asyncio's default
+    executor has a few per CPU core, which would cap how many episodes wait on the servers at once."""
+    return ThreadPoolExecutor(max_workers=EPISODE_THREADS, thread_name_prefix="envace-verl")
+
+
+_THREAD = threading.local()
+
+
+def _own_tokenizer(tokenizer: Any) -> Any:
+    """This thread's copy of ``tokenizer``: a fast tokenizer used from several threads at once can fail
+    ("Already borrowed", tokenizers #537), and verl's worker uses the original in the event loop."""
+    mine = _THREAD.__dict__.setdefault("tokenizers", {})
+    entry = mine.get(id(tokenizer))
+    if entry is None or entry[0] is not tokenizer:
+        entry = mine[id(tokenizer)] = (tokenizer, copy.deepcopy(tokenizer))
+    return entry[1]
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _row_task(row: dict[str, Any]) -> tuple[str, str | None]:
