@@ -10,7 +10,7 @@ STAMP := $(VENV)/.envace-installed
 # resolves a multi-GB CUDA build whatever the machine's pip configuration prefers.
 TORCH := torch==2.13.0+cpu
 
-.PHONY: setup demo test docs lint bench warm-adapter clean
+.PHONY: setup demo test docs lint bench warm-adapter clean verl-setup test-verl
 
 setup: $(STAMP)
 
@@ -51,5 +51,24 @@ warm-adapter: setup
 bench: setup
 	$(PY) benchmarks/rollout_throughput.py
 
+# verl's agent loop (docs/verl.md). verl 0.9.1 requires transformers<5.11 (ours is newer) and ray[default],
+# wandb, tensorboard..., so it does not go into .venv: verl and the few modules its agent loop imports go, with
+# --no-deps and pinned (examples/verl/requirements.txt), into .venv-verl, a venv that sees .venv's packages.
+VERL_VENV := .venv-verl
+VERL_STAMP := $(VERL_VENV)/.envace-installed
+
+verl-setup: $(VERL_STAMP)
+
+$(VERL_STAMP): $(STAMP) examples/verl/requirements.txt
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(PY) -c "import sysconfig; print(f'import site; site.addsitedir({sysconfig.get_paths()[\"purelib\"]!r})')" \
+		> "$$($(VERL_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_envace_base.pth"
+	$(VERL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r examples/verl/requirements.txt
+	touch $(VERL_STAMP)
+
+# The verl adapter's tests with verl importable (`make test` skips them, saying so).
+test-verl: verl-setup
+	HF_HUB_OFFLINE=1 $(VERL_VENV)/bin/python -m pytest -q tests/test_verl.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis runs site
+	rm -rf $(VENV) $(VERL_VENV) .pytest_cache .hypothesis runs site

@@ -1,6 +1,7 @@
-"""Adapters to other RL libraries: TRL's ``GRPOTrainer`` (:mod:`.trl`).
+"""Adapters to other RL libraries: TRL's ``GRPOTrainer`` (:mod:`.trl`) and verl's agent loop (:mod:`.verl`),
+both fed the same rows from a trajectory's role tags (:mod:`.rows`).
 
-Names load their module on first use, so ``import envace_gym.agents.integrations`` needs no TRL.
+Names load their module on first use, so ``import envace_gym.agents.integrations`` needs neither TRL nor verl.
 """
 
 from __future__ import annotations
@@ -8,13 +9,15 @@ from __future__ import annotations
 from envace_gym.agents._lazy import lazy_getattr
 
 _LAZY = {
+    "EnvACEAgentLoop": ".verl",
     "EnvACERolloutFunc": ".trl",
     "EnvACEToolEnv": ".trl",
     "env_reward": ".trl",
     "make_environment_factory": ".trl",
     "make_rollout_func": ".trl",
-    "split_trajectory": ".trl",
+    "split_trajectory": ".rows",
     "task_dataset": ".trl",
+    "verl_dataset": ".verl",
 }
 
 __all__ = sorted(_LAZY)

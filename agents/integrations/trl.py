@@ -30,10 +30,11 @@ from typing import Any
 import gymnasium as gym
 
 from envace_gym import rehearse
+from envace_gym.agents.integrations.rows import split_trajectory, trained_roles
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.rollout import Trajectory, collect
-from envace_gym.backends.spec import SELF_INLINE, SELF_KINDS
+from envace_gym.backends.spec import SELF_KINDS
 from envace_gym.calls import ToolCall, format_calls
 from envace_gym.suites import load_suite
 
@@ -79,25 +80,6 @@ def env_reward(completions: Sequence[Any] = (), envace_reward: Sequence[float] |
 
 
 # ---------------------------------------------------------------------------------------------- rollout_func
-def split_trajectory(traj: Trajectory, trained_roles: Sequence[str], max_completion: int | None = None) -> dict:
-    """One TRL row of a trajectory: the leading ``prompt`` tokens, the rest as the completion, and its
-    ``env_mask`` (1 on ``trained_roles``) and logprobs, all from the role tags, cut to ``max_completion``."""
-    n_prompt = next((i for i, r in enumerate(traj.roles) if r != "prompt"), len(traj.roles))
-    if "prompt" in traj.roles[n_prompt:]:
-        raise ValueError(f"trajectory {traj.task_id}: prompt tokens after the first generated token")
-    mask = traj.mask(*trained_roles)[n_prompt:]
-    completion = list(traj.token_ids[n_prompt:])
-    logprobs = list(traj.logprobs[n_prompt:])
-    if max_completion is not None:  # every list cut together: TRL pads them side by side (trl #5144)
-        completion, mask, logprobs = completion[:max_completion], mask[:max_completion], logprobs[:max_completion]
-    return {
-        "prompt_ids": list(traj.token_ids[:n_prompt]),
-        "completion_ids": completion,
-        "env_mask": mask,
-        "logprobs": logprobs,
-    }
-
-
 @dataclass
 class EnvACERolloutFunc:
     """TRL's ``rollout_func(prompts, trainer) -> dict``; made by :func:`make_rollout_func`.
@@ -119,17 +101,11 @@ class EnvACERolloutFunc:
     _calls: itertools.count = field(default_factory=itertools.count, repr=False)
 
     def __post_init__(self) -> None:
-        if self.backend in SELF_KINDS and self.train_env_role and self.backend != SELF_INLINE:
-            raise ValueError(
-                "train_env_role needs backend='self-inline' under TRL: prompted env-role samples are rows of their "
-                "own, which TRL's fixed groups cannot take (use EnvACETrainer for backend='self')"
-            )
-        if self.train_env_role and self.backend not in SELF_KINDS:
-            raise ValueError(f"train_env_role needs an imagined backend ('self-inline'), not {self.backend!r}")
+        self.trained_roles  # noqa: B018 - a backend that cannot train the env role fails here, not mid-training
 
     @property
     def trained_roles(self) -> tuple[str, ...]:
-        return ("actor", "env_role") if self.train_env_role else ("actor",)
+        return trained_roles(self.backend, self.train_env_role, "TRL")
 
     def policy(self, trainer: Any) -> LMPolicy:
         """The trainer's model as an :class:`LMPolicy` (the same weights, so rollouts follow the updates)."""
