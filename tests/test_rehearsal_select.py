@@ -147,23 +147,24 @@ def test_the_judge_overrules_the_majority_and_an_unusable_verdict_falls_back_to_
 
 
 def test_the_policys_own_draft_is_a_vote_that_wins_ties_and_loses_to_agreeing_rehearsals():
-    # The draft acts first (it takes the first plan), then the rehearsals: [draft, rehearsal 1, rehearsal 2].
+    # Plans are taken in order: the draft's, rehearsal 1's, rehearsal 2's, then the policy's own act where the
+    # draft stands (it acts itself, as at budget 0).
     traj, calls = run_select([WRONG, RIGHT, RIGHT], budget=2, choose="draft")
     assert calls == [as_recorded(RIGHT)] and traj.notes[0]["choice"] == "agreement"  # two against the draft
     assert traj.notes[0]["votes"] == 2 and traj.notes[0]["chosen"] == 1
-    traj, calls = run_select([WRONG, WRONG, RIGHT], budget=2, choose="draft")
+    traj, calls = run_select([WRONG, WRONG, RIGHT, WRONG], budget=2, choose="draft")
     assert calls == [as_recorded(WRONG)] and traj.notes[0]["choice"] == "draft" and traj.notes[0]["votes"] == 2
     assert traj.notes[0]["chosen"] == 0  # 0: the draft, not a rehearsal
-    traj, calls = run_select([WRONG, RIGHT, MISSPELT], budget=2, choose="draft", judge=Judge("2"))
+    traj, calls = run_select([WRONG, RIGHT, MISSPELT, WRONG], budget=2, choose="draft", judge=Judge("2"))
     assert calls == [as_recorded(WRONG)] and traj.notes[0]["choice"] == "draft-tie"  # one against one: the draft
     assert traj.notes[0]["judge_tokens"] == 0  # no judge is asked
 
 
-def test_a_draft_that_would_fail_is_no_candidate_and_is_committed_only_where_nothing_else_is():
+def test_a_draft_that_would_fail_is_no_candidate_and_the_policy_acts_only_where_nothing_is():
     traj, calls = run_select([MISSPELT, WRONG, RIGHT], budget=2, choose="draft")
     assert calls == [as_recorded(WRONG)] and traj.notes[0]["choice"] == "tie->earliest"  # the draft: no vote
-    traj, calls = run_select([MISSPELT, MISSPELT, MISSPELT], budget=2, choose="draft")
-    assert traj.notes[0]["choice"] == "fallback" and traj.notes[0]["chosen"] == 0
+    traj, calls = run_select([MISSPELT, MISSPELT, MISSPELT, MISSPELT], budget=2, choose="draft")
+    assert traj.notes[0]["choice"] == "fallback" and traj.notes[0]["chosen"] is None
     assert calls[0] == as_recorded(MISSPELT) and "get_balanse" in traj.messages[2]["content"]  # its own move
 
 

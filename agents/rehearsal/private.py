@@ -37,8 +37,10 @@ its text as generated; the env runs it for real. Which one (``choose``):
   it as it would act (its own sampling, greedy in ``envace eval``); the draft is one vote among the
   rehearsals' first messages and wins ties, so a rehearsed plan replaces it only when more rehearsals agree on
   that plan than on the draft (budget 2: both rehearsals, against the draft). A draft that does not parse or
-  names an undeclared tool is no candidate (its schema is not checked before the real call). The draft's
-  tokens are counted apart (``draft_tokens``): at budget 0 the policy generates that message anyway;
+  names an undeclared tool is no candidate (its schema is not checked before the real call). Where the
+  draft's plan stands, the policy then acts as it would (its generation in the rollout's own batch, exactly
+  budget 0's move; a draft drafted in a batch of its own can differ from it in a near-tie of a small model's
+  logits). The draft's tokens are counted apart (``draft_tokens``);
 * ``"judge"``: the policy's own verdict, asked greedily in one user message (the user's request, the
   candidate rehearsals numbered, each with its calls, imagined results (clipped) and final answer, then
   "Which rehearsal reaches the user's goal? Answer with its number."); the first integer in range picks; an
@@ -332,8 +334,8 @@ class PrivateRehearsal:
     ) -> PolicyChoice:
         """The first message to commit among ``played`` (rehearsals from ``messages``, of which ``start``) and how
         it was chosen; with ``choose="draft"``, ``draft`` is the policy's own message ``(text, plan or None
-        where it is no candidate, tokens)``. No action where nothing is a candidate (a draft is then committed
-        as it is: the policy's own move)."""
+        where it is no candidate, tokens)``. No action (the policy acts itself) where nothing is a candidate or
+        the draft's plan stands."""
         candidates = _candidates(played, start)
         stats: dict[str, Any] = {
             "use": "select",
@@ -344,16 +346,16 @@ class PrivateRehearsal:
         }
         if draft is not None:
             stats["draft_tokens"] = draft[2]
-            if draft[1] is None and not candidates:
-                return PolicyChoice(draft[0], {**stats, "choice": "fallback", "chosen": 0, "votes": 0})
-        if not candidates and draft is None:
+        if not candidates and (draft is None or draft[1] is None):
             return PolicyChoice(None, {**stats, "choice": "fallback", "chosen": None, "votes": 0})
         votes = Counter(plan for _, _, plan in candidates)
         if draft is not None and draft[1] is not None:
             votes[draft[1]] += 1
             if votes[draft[1]] == max(votes.values()):  # the policy's own move stands unless outvoted
+                # Not the draft's text: the policy acts as it would at budget 0 (its own generation in the
+                # rollout's batch), so a kept draft is exactly budget 0's move, whatever batch numerics did.
                 how = "draft" if votes[draft[1]] > 1 or not candidates else "draft-tie"
-                return PolicyChoice(draft[0], {**stats, "choice": how, "chosen": 0, "votes": votes[draft[1]]})
+                return PolicyChoice(None, {**stats, "choice": how, "chosen": 0, "votes": votes[draft[1]]})
         top = max(votes.values())
         tied = [c for c in candidates if votes[c[2]] == top]  # in rehearsal order
         pick = None
