@@ -1,5 +1,6 @@
-"""``EnvACETrainer`` under ``accelerate launch`` with 2 CPU processes (gloo): the ranks split each step's task
-groups, sum their gradients and end with identical, changed weights; only rank 0 writes the run's files.
+"""``EnvACETrainer`` under ``accelerate launch`` with 2 CPU processes (DDP over gloo): the ranks split each
+step's task groups, sum their gradients and end with identical, changed weights, equal to a plain-torch update
+of one process on both ranks' samples; only rank 0 writes the run's files.
 
 The launched script is ``tests/ddp_train_script.py``. ``accelerate launch --cpu --num_processes 2`` starts
 *one* process unless it goes through mpirun, so the test takes accelerate's torchrun launcher
@@ -14,6 +15,15 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import torch
+from ddp_train_script import SAMPLE_FIELDS, config
+from reference_update import plain_update
+from safetensors.torch import load_file
+
+from envace_gym.agents.lm.policy import tiny_policy
+from envace_gym.agents.train.objective import Sample
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -95,8 +105,27 @@ def test_envace_trains_identically_on_two_ranks(tmp_path):
     for record in r0["metrics"]:
         assert record["n_actor"] == TASKS_PER_STEP * GROUP_SIZE
     for s, record in enumerate(r0["metrics"]):
-        played = r0["played"][s]["rewards"] + r1["played"][s]["rewards"]
-        assert record["reward_actor"] == sum(played) / len(played)
+        scored = r0["played"][s]["scored"] + r1["played"][s]["scored"]
+        assert record["reward_actor"] == sum(scored) / len(scored)
+
+    # At step 2 rank 1 had nothing to train (every reward 0) while rank 0 had micro-batches: rank 1 made
+    # passes that add nothing, so that both met in the gradient reduction.
+    assert set(r1["played"][1]["scored"]) == {0.0} and len(set(r0["played"][1]["scored"])) > 1
+    assert r1["idle_passes"][1] > 0 and r0["idle_passes"][1] == 0
+
+    # The 2-process result is the plain-torch update of one process on both ranks' samples (gradients
+    # summed, token-mean over the whole step): metrics and the checkpoint's weights.
+    steps = [[Sample(**row) for row in r0["samples"][s] + r1["samples"][s]] for s in range(STEPS)]
+    assert all(set(row) == set(SAMPLE_FIELDS) for step in r0["samples"] for row in step)
+    reference = tiny_policy(seed=0)
+    expected = plain_update(reference.model, None, steps, config(), reference.engine.pad_id)
+    for record, want in zip(r0["metrics"], expected, strict=True):
+        assert record["grad_norm"] == pytest.approx(want["grad_norm"], abs=1e-6)
+        assert record["loss"] == pytest.approx(want["loss"], abs=1e-6)
+    saved = load_file(out / f"ckpt-{STEPS}" / "model.safetensors")
+    for name, value in reference.model.state_dict().items():
+        if name in saved:  # a tied lm_head is stored once
+            torch.testing.assert_close(saved[name], value, rtol=1e-5, atol=1e-6)
 
     # Rank 0 alone wrote the run's files: one metrics line per step (not one per rank) and the checkpoint.
     lines = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
