@@ -33,9 +33,16 @@ imagined env-role answers become rows (they are context only); their cost is in 
 (``rehearsed_episodes``, ``rehearsals``, ``rehearsal_tokens``) and in ``rollout_s``. Rehearsals make no live
 call.
 
-Under ``accelerate launch`` (or any ``torchrun``-style launcher: ``WORLD_SIZE`` > 1) the task groups of a
-step are split across ranks, gradients are summed across ranks (each rank's loss is already divided by the
-whole step's token count), and rank 0 writes metrics and checkpoints.
+**Processes** (:mod:`.distributed`). The trainer runs through ``accelerate.Accelerator``: model (as
+:class:`~.logprobs.TokenLogprobs`, so that the loss's forward pass enters DDP/FSDP), optimizer and scheduler
+through ``accelerator.prepare``; ``accelerator.backward``, ``accelerator.no_sync`` over micro-batches,
+``accelerator.clip_grad_norm_``; metric sums and gathers with ``accelerator.reduce`` and
+``accelerate.utils.gather_object``. One process behaves as a plain torch loop. Under ``accelerate launch``
+(``accelerate launch --config_file examples/accelerate/ddp.yaml -m envace_gym.cli train ...``; an FSDP config
+such as ``examples/accelerate/fsdp.yaml`` selects FSDP) the task groups of a step are split across ranks,
+the step's gradient is the sum of the ranks' (each rank's loss is divided by the whole step's token count),
+generation and checkpoints use the unwrapped model, and rank 0 writes metrics and checkpoints. See
+``docs/training.md``.
 """
 
 from __future__ import annotations
