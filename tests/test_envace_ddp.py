@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import gymnasium as gym
 import pytest
 import torch
 from ddp_train_script import SAMPLE_FIELDS, config
+from doubles import free_port
 from reference_update import plain_update
 from safetensors.torch import load_file
 
@@ -32,12 +32,6 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 TASKS_PER_STEP, GROUP_SIZE, STEPS = 2, 4, 2  # as in ddp_train_script.py
 SFT_STEPS = 3  # as in ddp_sft_script.py
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _launch(script: str, out: Path) -> subprocess.CompletedProcess:
@@ -67,7 +61,7 @@ def _launch(script: str, out: Path) -> subprocess.CompletedProcess:
         "--main_process_ip",
         "127.0.0.1",
         "--main_process_port",
-        str(_free_port()),
+        str(free_port()),
         str(TESTS / script),
         str(out),
     ]
