@@ -2,7 +2,11 @@
 
 Not a test module (pytest collects ``test_*.py`` only). Usage: ``ddp_train_script.py OUT_DIR``. Each rank
 writes ``OUT_DIR/rank{r}.json``: hashes of its weights before and after training, the summed absolute
-weight change, the groups and rewards it played itself, and the metrics ``train()`` returned on that rank.
+weight change, the groups and rewards it played itself, the samples it trained on, the passes it made with
+nothing to train (``idle_passes``, per step) and the metrics ``train()`` returned on that rank.
+
+At step 2 rank 1 scores every episode 0: its group has no gradient, so it has no micro-batch to train while
+rank 0 has several (``micro_batch_tokens`` is small); it must still meet rank 0's gradient reduction.
 """
 
 from __future__ import annotations
@@ -44,6 +48,25 @@ def weights_hash(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
+def config() -> EnvACEConfig:
+    return EnvACEConfig(
+        backend="real",
+        steps=STEPS,
+        tasks_per_step=TASKS_PER_STEP,
+        group_size=GROUP_SIZE,
+        lr=1e-3,
+        max_new_tokens=24,
+        bf16=False,
+        micro_batch_tokens=64,
+        save_every=2,
+        keep_last=1,
+        log_trajectories_every=0,
+    )
+
+
+SAMPLE_FIELDS = ("group", "role", "input_ids", "loss_mask", "old_logprobs", "reward", "valid", "advantage")
+
+
 def main(out: Path) -> None:
     bank = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")
     task = dataclasses.replace(bank.unwrapped.pool[0], reward=("ddp_odd_answer_length",), max_turns=1)
@@ -55,33 +78,38 @@ def main(out: Path) -> None:
     policy = tiny_policy(seed=0)
     start = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
     start_hash = weights_hash(policy.model)
-    config = EnvACEConfig(
-        backend="real",
-        steps=STEPS,
-        tasks_per_step=TASKS_PER_STEP,
-        group_size=GROUP_SIZE,
-        lr=1e-3,
-        max_new_tokens=24,
-        bf16=False,
-        save_every=2,
-        keep_last=1,
-        log_trajectories_every=0,
-    )
-    trainer = EnvACETrainer(policy, env_factory, config, out_dir=out, progress=False)
+    trainer = EnvACETrainer(policy, env_factory, config(), out_dir=out, progress=False)
     played: list[dict] = []  # this rank's own share of each step's rollouts
-    rollout = trainer.rollout
+    samples: list[list[dict]] = []
+    idle = [0] * STEPS
+    rollout, score, build, idle_loss = trainer.rollout, trainer.score, trainer.samples, trainer._idle_loss
 
     def recording_rollout(step: int):
         trajs, groups = rollout(step)
         played.append({"step": step, "groups": sorted(set(groups)), "rewards": [t.reward for t in trajs]})
         return trajs, groups
 
-    trainer.rollout = recording_rollout
+    def scoring(trajs):
+        rewards = [0.0] * len(trajs) if trainer.rank == 1 and len(played) == 2 else score(trajs)
+        played[-1]["scored"] = rewards
+        return rewards
+
+    def recording_samples(*args):
+        made = build(*args)
+        samples.append([{k: getattr(s, k) for k in SAMPLE_FIELDS} for s in made])
+        return made
+
+    def counting_idle_loss():
+        idle[len(played) - 1] += 1
+        return idle_loss()
+
+    trainer.rollout, trainer.score, trainer.samples = recording_rollout, scoring, recording_samples
+    trainer._idle_loss = counting_idle_loss
     records = trainer.train()
     change = sum(float((p.detach() - start[n]).abs().sum()) for n, p in policy.model.named_parameters())
     summary = {
-        "rank": trainer.dist.rank,
-        "world": trainer.dist.world,
+        "rank": trainer.rank,
+        "world": trainer.world,
         "env_rank": int(os.environ.get("RANK", "0")),
         "env_world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "n_local_envs": len(trainer.envs),
@@ -89,6 +117,8 @@ def main(out: Path) -> None:
         "final_hash": weights_hash(policy.model),
         "abs_change": change,
         "played": played,
+        "samples": samples,
+        "idle_passes": idle,
         "metrics": records,
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,8 @@
 """Test doubles shared by several test modules (imported as ``from doubles import ...``; pytest puts this
 folder on ``sys.path``)."""
 
+import socket
+
 from envace_gym.calls import canonical_json
 
 
@@ -19,3 +21,10 @@ class Recording:
 
     def copy(self):
         return Recording(self.inner.copy(), self.calls)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a process group's rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -33,17 +33,24 @@ imagined env-role answers become rows (they are context only); their cost is in 
 (``rehearsed_episodes``, ``rehearsals``, ``rehearsal_tokens``) and in ``rollout_s``. Rehearsals make no live
 call.
 
-Under ``accelerate launch`` (or any ``torchrun``-style launcher: ``WORLD_SIZE`` > 1) the task groups of a
-step are split across ranks, gradients are summed across ranks (each rank's loss is already divided by the
-whole step's token count), and rank 0 writes metrics and checkpoints.
+**Processes** (:mod:`.distributed`). The trainer runs through ``accelerate.Accelerator``: model (as
+:class:`~.logprobs.TokenLogprobs`, so that the loss's forward pass enters DDP/FSDP), optimizer and scheduler
+through ``accelerator.prepare``; ``accelerator.backward``, ``accelerator.no_sync`` over micro-batches,
+``accelerator.clip_grad_norm_``; metric sums and gathers with ``accelerator.reduce`` and
+``accelerate.utils.gather_object``. One process behaves as a plain torch loop. Under ``accelerate launch``
+(``accelerate launch --config_file examples/accelerate/ddp.yaml -m envace_gym.cli train ...``; an FSDP config
+such as ``examples/accelerate/fsdp.yaml`` selects FSDP) the task groups of a step are split across ranks,
+the step's gradient is the sum of the ranks' (each rank's loss is divided by the whole step's token count),
+generation and checkpoints use the unwrapped model, and rank 0 writes metrics and checkpoints. See
+``docs/training.md``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
-import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -67,6 +74,8 @@ from envace_gym.rehearsal.prompt import is_result_shaped
 
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import EnvACEConfig, config_to_toml, default_lr
+from .distributed import full_state_dict, make_accelerator, place_model, uses_fsdp
+from .logprobs import TokenLogprobs, token_logprobs
 from .objective import Sample, build_samples, collate, compute_advantages, grounding_loss, micro_batches, sample_loss
 
 __all__ = ["EnvACETrainer", "train_envace", "CALL_METRICS"]
@@ -78,61 +87,6 @@ CALL_METRICS = {
     "verifier": "verifier_calls",
     "diagnostic": "diagnostic_calls",
 }
-
-
-class _Dist:
-    """This process's place in a multi-process run (one process: rank 0 of 1, nothing is communicated)."""
-
-    def __init__(self) -> None:
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = 0
-        if self.world > 1:
-            from accelerate import PartialState
-
-            # Joins the process group accelerate launch (or torchrun) set up. cpu=True: every collective here
-            # is on CPU tensors (gloo); without it, on a machine with no GPU, PartialState ignores WORLD_SIZE
-            # and every process would train alone as rank 0 of 1, all writing the same files.
-            state = PartialState(cpu=True)
-            if state.num_processes != self.world:
-                raise RuntimeError(
-                    f"WORLD_SIZE is {self.world} but accelerate set up {state.num_processes} process(es) "
-                    f"({state.distributed_type})"
-                )
-            self.rank, self.world = state.process_index, state.num_processes
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def sum(self, value: float) -> float:
-        if self.world == 1:
-            return value
-        t = torch.tensor([value], dtype=torch.float64)
-        torch.distributed.all_reduce(t)
-        return float(t.item())
-
-    def gather(self, obj: Any) -> list[Any]:
-        if self.world == 1:
-            return [obj]
-        out: list[Any] = [None] * self.world
-        torch.distributed.all_gather_object(out, obj)
-        return out
-
-    def sum_grads(self, params: Sequence[torch.nn.Parameter]) -> None:
-        if self.world == 1:
-            return
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            # gloo reduces CPU tensors: a model on a GPU sends its gradients through the host
-            grad = p.grad if p.grad.device.type == "cpu" else p.grad.cpu()
-            torch.distributed.all_reduce(grad)
-            if grad is not p.grad:
-                p.grad.copy_(grad)
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            torch.distributed.barrier()
 
 
 class EnvACETrainer:
@@ -166,7 +120,12 @@ class EnvACETrainer:
         resume: bool = False,
         progress: bool = True,
     ) -> None:
-        self.dist = _Dist()
+        #: Every collective of the run goes through it (see :mod:`.distributed`); one process: rank 0 of 1.
+        self.accelerator = make_accelerator(policy.model)
+        self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+        self.is_main = self.accelerator.is_main_process  # rank 0: the one that writes
+        self.fsdp = uses_fsdp(self.accelerator)
+        place_model(policy, self.accelerator)
         self.out = Path(out_dir) if out_dir is not None else None
         #: Why the learning rate is what it is, when ``config.lr`` was None (left to the trainer); else None.
         self.lr_choice: str | None = None
@@ -175,6 +134,8 @@ class EnvACETrainer:
         self.policy, self.cfg, self.progress = policy, config, progress
         cfg = config
         torch.manual_seed(cfg.seed)
+        if self.fsdp and (cfg.lora or resume):
+            raise ValueError("--lora and --resume are not supported under FSDP yet (use DDP: no fsdp_config)")
         if cfg.lora:
             if resume:
                 raise ValueError("--resume is not supported with --lora yet (checkpoints hold merged weights)")
@@ -183,12 +144,20 @@ class EnvACETrainer:
             self.model = _apply_lora(policy, cfg)  # injects adapters in place: the engine generates with them
         else:
             self.model = policy.model
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps))
-        )
+        if self.fsdp:
+            # FSDP shards self.model's parameters in place (whole only inside its forward): generation and
+            # checkpoints use a whole copy, refreshed after every update (_refresh_rollout_weights).
+            policy.model = policy.engine.model = copy.deepcopy(self.model).eval()
         self.device = next(self.model.parameters()).device
+        optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)))
+        # The loss's forward pass goes through self.wrapped (DDP or FSDP around self.model; self.model itself
+        # when one process); generation and checkpoints use the unwrapped model.
+        self.wrapped, self.optimizer, self.scheduler = self.accelerator.prepare(
+            TokenLogprobs(self.model), optimizer, scheduler
+        )
         auto = bf16_supported() if self.device.type == "cpu" else torch.cuda.is_bf16_supported()
         self.use_bf16 = auto if cfg.bf16 == "auto" else bool(cfg.bf16)
         self.ref_model = _frozen(policy.model) if cfg.kl_coef > 0 or cfg.env_role_kl_coef > 0 else None
@@ -213,20 +182,20 @@ class EnvACETrainer:
         probe.close()
         if not self.pool:
             raise ValueError("env_factory's env has no tasks to train on")
-        groups = range(self.dist.rank, cfg.tasks_per_step, self.dist.world)
+        groups = range(self.rank, cfg.tasks_per_step, self.world)
         self.envs = [self._wrap(env_factory()) for _ in groups for _ in range(cfg.group_size)]
         if not self.envs:
-            raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} gives rank {self.dist.rank} no task group")
+            raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} gives rank {self.rank} no task group")
         self.step_done = 0
         self.call_totals = dict.fromkeys(CALL_METRICS.values(), 0)  # tool calls of the run so far, by kind
         self._real_env: gym.Env | None = None  # sim_to_real's env, made on first use
-        if self.out is not None and self.dist.main:
+        if self.out is not None and self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
         if resume:
             self._resume()
-        elif self.out is not None and self.dist.main:
+        elif self.out is not None and self.is_main:
             (self.out / "metrics.jsonl").write_text("")
-        if self.out is not None and self.dist.main:
+        if self.out is not None and self.is_main:
             (self.out / "config.toml").write_text(config_to_toml(cfg))
 
     # ------------------------------------------------------------------ set-up
@@ -253,7 +222,7 @@ class EnvACETrainer:
         (``reference``), or read from a file, which must hold no task of the test split."""
         if self.cfg.tool_log == "reference":
             # Rank 0 keeps a copy in the run folder; every rank builds the same log in memory.
-            keep = self.out is not None and self.dist.main
+            keep = self.out is not None and self.is_main
             return ToolLog.from_reference(self.pool, self.out / "tool_log.jsonl" if keep else None)
         log = ToolLog.load(self.cfg.tool_log)
         test_ids = {t.id for t in suite if t.split == "test"}
@@ -274,7 +243,7 @@ class EnvACETrainer:
         state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler)
         self.step_done = int(state["step"])
         totals = None
-        if self.dist.main:
+        if self.is_main:
             old = self.out / "config.toml"
             if old.exists():
                 changed = _changed_keys(old.read_text(), config_to_toml(self.cfg))
@@ -289,7 +258,8 @@ class EnvACETrainer:
                     totals = {k: int(kept[-1].get(f"{k}_total", 0)) for k in self.call_totals}
             if self.step_done and metrics.exists() and metrics.stat().st_size:
                 self.plot()
-        self.call_totals = self.dist.gather(totals)[0] or self.call_totals  # rank 0 read them: every rank agrees
+        # rank 0 read them: every rank agrees
+        self.call_totals = self._gather(totals)[0] or self.call_totals
 
     # ------------------------------------------------------------------ one step
     def draw_tasks(self, step: int, batch: int = 0) -> list[str]:
@@ -318,7 +288,7 @@ class EnvACETrainer:
         """What plays the step's episodes: the policy, or (where some of this rank's groups rehearse) the
         policy with :class:`PrivateRehearsal`'s hook on those groups' envs."""
         cfg = self.cfg
-        mine = range(self.dist.rank, cfg.tasks_per_step, self.dist.world)
+        mine = range(self.rank, cfg.tasks_per_step, self.world)
         picked = set(self.rehearsal_groups(step, batch))
         # collect() plays episode i on env i (as many episodes as envs): group k of mine is envs[k*G:(k+1)*G].
         envs = [
@@ -344,11 +314,11 @@ class EnvACETrainer:
         each one's group key."""
         cfg = self.cfg
         drawn = self.draw_tasks(step, batch)
-        mine = list(range(self.dist.rank, cfg.tasks_per_step, self.dist.world))
+        mine = list(range(self.rank, cfg.tasks_per_step, self.world))
         task_ids = [drawn[g] for g in mine for _ in range(cfg.group_size)]
         tag = f"s{step}" if batch == 0 else f"s{step}b{batch}"
         groups = [f"{tag}g{g}" for g in mine for _ in range(cfg.group_size)]
-        seed = cfg.seed * 1_000_003 + step * 7919 + self.dist.rank * 101 + batch * 104_729
+        seed = cfg.seed * 1_000_003 + step * 7919 + self.rank * 101 + batch * 104_729
         sampling = SamplingConfig(cfg.temperature, cfg.top_p, cfg.max_new_tokens, seed=seed)
         self.policy.reseed(seed)
         if self.simulator is not None:
@@ -400,59 +370,111 @@ class EnvACETrainer:
         rl = [s for s in samples if s.role != "grounding"]
         ground = [s for s in samples if s.role == "grounding"]
         # Token-mean over the whole step (all ranks): micro-batching and sharding leave the gradient unchanged.
-        n_rl = self.dist.sum(sum(s.tokens for s in rl))
-        n_ground = self.dist.sum(sum(s.tokens for s in ground))
+        n_rl = self._sum(sum(s.tokens for s in rl))
+        n_ground = self._sum(sum(s.tokens for s in ground))
         weight = {"actor": 1.0, "env_role": cfg.env_role_coef}
         kl_coef = {"actor": cfg.kl_coef, "env_role": cfg.env_role_kl_coef}
         # Rows with advantage 0 add nothing to the policy gradient; without KL they need no forward pass.
         active = [s for s in rl if (s.advantage != 0.0 and weight[s.role] > 0) or kl_coef[s.role] > 0]
-        self.model.train()
+        self.wrapped.train()
         stats = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "grounding_loss": 0.0, "grad_norm": 0.0, "loss": 0.0}
         pad = self.policy.engine.pad_id
+        # Under FSDP every rank must run the same layers in the same order: no prompt encoded apart.
+        shared = cfg.detach_prompt and not self.fsdp
+        # DDP and FSDP AVERAGE the ranks' gradients; each rank's loss is already divided by the whole step's
+        # token count, so the step's gradient is their SUM: every backward is scaled by the number of ranks.
+        scale = float(self.world)
         for _ in range(cfg.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             clipped = 0.0
-            for rows in micro_batches(active, cfg.micro_batch_tokens, cfg.detach_prompt):
-                batch = collate(rows, pad, cfg.detach_prompt)
-                role = rows[0].role  # a micro-batch holds one group, so one role
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16):
-                    parts = sample_loss(
-                        self.model,
-                        batch,
-                        clip_low=cfg.clip_low,
-                        clip_high=cfg.clip_high,
-                        dual_clip=cfg.dual_clip,
-                        temperature=cfg.temperature,
-                        ref_model=self.ref_model if kl_coef[role] > 0 else None,
-                    )
-                loss = (weight[role] * parts.pg + kl_coef[role] * parts.kl) / max(n_rl, 1.0)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"EnvACE loss became {loss.item()}; lower --lr")
-                loss.backward()
-                stats["loss"] += loss.item()  # what is minimised: role weights and per-role KL included
-                stats["pg_loss"] += parts.pg.item() / max(n_rl, 1.0)
-                stats["kl"] += parts.kl.item() / max(n_rl, 1.0)
-                clipped += parts.clipped
+            passes: list[tuple[str, list[Sample]] | None] = [
+                ("rl", rows) for rows in micro_batches(active, cfg.micro_batch_tokens, shared)
+            ]
             if cfg.grounding_coef > 0:
-                for rows in micro_batches(ground, cfg.micro_batch_tokens, cfg.detach_prompt):
-                    batch = collate(rows, pad, cfg.detach_prompt)
+                passes += [("grounding", rows) for rows in micro_batches(ground, cfg.micro_batch_tokens, shared)]
+            # The ranks' gradients are reduced in the backward of the last pass, which every rank must make:
+            # ranks with fewer micro-batches (their rollouts differ) make up the count with passes that add
+            # nothing (under FSDP every forward is a collective too).
+            n_passes = max(self._gather(len(passes))) if self.world > 1 else len(passes)
+            passes += [None] * (n_passes - len(passes))
+            for i, item in enumerate(passes):
+                last = i == n_passes - 1
+                with contextlib.nullcontext() if last else self.accelerator.no_sync(self.wrapped):
+                    if item is None:
+                        self.accelerator.backward(self._idle_loss())
+                        continue
+                    kind, rows = item
+                    batch = collate(rows, pad, shared)
+                    if kind == "grounding":
+                        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16):
+                            ce, _ = grounding_loss(self.wrapped, batch)
+                        self.accelerator.backward(cfg.grounding_coef * ce / max(n_ground, 1.0) * scale)
+                        stats["grounding_loss"] += ce.item() / max(n_ground, 1.0)
+                        continue
+                    role = rows[0].role  # a micro-batch holds one group, so one role
                     with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16):
-                        ce, _ = grounding_loss(self.model, batch)
-                    (cfg.grounding_coef * ce / max(n_ground, 1.0)).backward()
-                    stats["grounding_loss"] += ce.item() / max(n_ground, 1.0)
-            self.dist.sum_grads(self.params)
-            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
+                        parts = sample_loss(
+                            self.wrapped,
+                            batch,
+                            clip_low=cfg.clip_low,
+                            clip_high=cfg.clip_high,
+                            dual_clip=cfg.dual_clip,
+                            temperature=cfg.temperature,
+                            ref_model=self.ref_model if kl_coef[role] > 0 else None,
+                        )
+                    loss = (weight[role] * parts.pg + kl_coef[role] * parts.kl) / max(n_rl, 1.0)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(f"EnvACE loss became {loss.item()}; lower --lr")
+                    self.accelerator.backward(loss * scale if scale != 1.0 else loss)
+                    stats["loss"] += loss.item()  # what is minimised: role weights and per-role KL included
+                    stats["pg_loss"] += parts.pg.item() / max(n_rl, 1.0)
+                    stats["kl"] += parts.kl.item() / max(n_rl, 1.0)
+                    clipped += parts.clipped
+            stats["grad_norm"] = float(self.accelerator.clip_grad_norm_(self.wrapped.parameters(), cfg.grad_clip))
             self.optimizer.step()
-            stats["clip_frac"] = self.dist.sum(clipped) / max(n_rl, 1.0)
+            stats["clip_frac"] = self._sum(clipped) / max(n_rl, 1.0)
         self.scheduler.step()
         for key in ("pg_loss", "kl", "grounding_loss", "loss"):
-            stats[key] = self.dist.sum(stats[key]) / cfg.ppo_epochs
+            stats[key] = self._sum(stats[key]) / cfg.ppo_epochs
         stats["loss"] += cfg.grounding_coef * stats["grounding_loss"]  # pg_loss and kl: unweighted, all roles
+        if self.fsdp:
+            self._refresh_rollout_weights()
         self.policy.engine.clear()  # its caches hold keys and values of the old weights
         if isinstance(self.policy.engine, WeightSyncingEngine):  # e.g. a vLLM engine: push the new weights
             self.policy.engine.sync_weights(self.policy.model)
-        self.model.eval()
+        self.wrapped.eval()
         return stats
+
+    def _idle_loss(self) -> torch.Tensor:
+        """A loss of 0 through every trained weight (one pad token predicting another): the pass a rank with
+        no micro-batch left makes so that the ranks' gradient reduction meets."""
+        pad = self.policy.engine.pad_id
+        batch = {
+            "input_ids": torch.tensor([[pad, pad]]),
+            "attention_mask": torch.ones((1, 2), dtype=torch.long),
+            "labels": torch.tensor([[-100, pad]]),
+        }
+        return token_logprobs(self.wrapped, batch).sum() * 0.0
+
+    def _refresh_rollout_weights(self) -> None:
+        """FSDP: copy the trained (sharded) weights, in full, into the whole copy generation uses."""
+        prefix = "model."  # TokenLogprobs holds the model as .model
+        weights = {k.removeprefix(prefix): v for k, v in full_state_dict(self.accelerator, self.wrapped).items()}
+        missing, unexpected = self.policy.model.load_state_dict(weights, strict=False)
+        tied = {"lm_head.weight"} if getattr(self.policy.model.config, "tie_word_embeddings", False) else set()
+        if unexpected or set(missing) - tied:
+            raise RuntimeError(f"FSDP weights do not fit the rollout model: missing {missing}, unexpected {unexpected}")
+
+    def _sum(self, value: float) -> float:
+        """``value`` summed over the ranks."""
+        total = self.accelerator.reduce(torch.tensor([value], dtype=torch.float64, device=self.device), "sum")
+        return float(total.item())
+
+    def _gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (picklable objects; a collective: every rank calls it)."""
+        from accelerate.utils import gather_object
+
+        return gather_object([obj])
 
     def step(self, step: int) -> dict[str, Any]:
         """Rollout, score, samples, update: one training step; returns its metrics record."""
@@ -461,7 +483,7 @@ class EnvACETrainer:
         trajs, groups = self.rollout(step)
         rewards = self.score(trajs)
         # Dynamic sampling: more draws while too few of this rank's groups have rewards that differ.
-        wanted = len(range(self.dist.rank, self.cfg.tasks_per_step, self.dist.world))
+        wanted = len(range(self.rank, self.cfg.tasks_per_step, self.world))
         batches = 1
         while batches <= self.cfg.filter_groups and len(_spread_groups(groups, rewards)) < wanted:
             more, more_groups = self.rollout(step, batches)
@@ -480,8 +502,8 @@ class EnvACETrainer:
         t3 = time.monotonic()
         record = self._metrics(step, trajs, rewards, samples, stats, t1 - t0, t3 - t2, calls, real)
         # Summed over ranks (each rank draws again on its own), so every rank writes the same record.
-        record["rollout_batches"] = int(self.dist.sum(batches))
-        record["groups_with_spread"] = int(self.dist.sum(len(spread)))
+        record["rollout_batches"] = int(self._sum(batches))
+        record["groups_with_spread"] = int(self._sum(len(spread)))
         if real is not None:
             record["sim_to_real_s"] = round(t2 - t1, 2)
         for name in CALL_METRICS.values():
@@ -527,7 +549,7 @@ class EnvACETrainer:
             initial=self.step_done,
             desc="envace",
             unit="step",
-            disable=not (self.progress and self.dist.main),
+            disable=not (self.progress and self.is_main),
         )
         try:
             for step in range(self.step_done, cfg.steps):
@@ -540,28 +562,30 @@ class EnvACETrainer:
                 bar.set_postfix(reward=f"{record['reward_actor']:.2f}", tok_s=f"{record['tokens_per_s']:.0f}")
         finally:
             bar.close()
-        if self.out is not None and self.dist.main:
+        if self.out is not None and self.is_main:
             self.plot()
         return records
 
     def save(self) -> Path | None:
         """Write ``ckpt-<step>/`` (rank 0); it loads with ``--policy ckpt:DIR`` and resumes with ``--resume``."""
         path = None
-        if self.out is not None and self.dist.main:
-            # Under LoRA a merged copy is saved (it loads without peft); training goes on with the adapters.
+        if self.out is not None and self.is_main:
+            # The unwrapped weights (self.model; under FSDP, generation's whole copy of them). Under LoRA a
+            # merged copy is saved (it loads without peft); training goes on with the adapters.
             model = copy.deepcopy(self.model).merge_and_unload() if self.cfg.lora else self.model
+            model = self.policy.model if self.fsdp else model
             path = save_checkpoint(
                 self.out,
                 self.step_done,
                 model,
                 self.policy.tokenizer,
-                self.optimizer,
-                self.scheduler,
+                None if self.fsdp else self.optimizer,  # sharded under FSDP: no resume there yet
+                None if self.fsdp else self.scheduler,
                 config_to_toml(self.cfg),
                 state={"policy": self.policy.name},
                 keep_last=self.cfg.keep_last,
             )
-        self.dist.barrier()
+        self.accelerator.wait_for_everyone()
         return path
 
     def plot(self) -> Path | None:
@@ -603,7 +627,7 @@ class EnvACETrainer:
             "real_success": [float(ok) for _, _, ok in diag],
             "agree": [float(ok == imagined) for imagined, _, ok in diag],
         }
-        parts = self.dist.gather(local)
+        parts = self._gather(local)
         merged: dict[str, Any] = {k: [] if isinstance(v, list) else 0 for k, v in local.items()}
         for p in parts:
             for k, v in p.items():
@@ -652,8 +676,8 @@ class EnvACETrainer:
 
     def _write(self, step: int, record: dict[str, Any], trajs: Sequence[Trajectory]) -> None:
         every = self.cfg.log_trajectories_every
-        gathered = self.dist.gather(list(trajs)) if every and step % every == 0 and self.out is not None else None
-        if self.out is None or not self.dist.main:
+        gathered = self._gather(list(trajs)) if every and step % every == 0 and self.out is not None else None
+        if self.out is None or not self.is_main:
             return
         with (self.out / "metrics.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")

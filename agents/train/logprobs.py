@@ -8,7 +8,7 @@ import torch
 
 from envace_gym.agents.lm.engine import cache_kwarg
 
-__all__ = ["token_logprobs"]
+__all__ = ["TokenLogprobs", "token_logprobs"]
 
 
 def token_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
@@ -22,7 +22,34 @@ def token_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: floa
 
     The LM head (576 x 49k for SmolLM2) runs only where there is a label: trained tokens are a small share
     of each sequence, so this skips most of the largest matmul and its softmax.
+
+    ``model`` may also be a :class:`TokenLogprobs` (or a DDP/FSDP wrapper around one, as
+    ``accelerator.prepare`` returns it): the pass then goes through the wrapper's ``forward``.
     """
+    if isinstance(model, TokenLogprobs) or isinstance(getattr(model, "module", None), TokenLogprobs):
+        return model(batch, temperature)
+    return _token_logprobs(model, batch, temperature)
+
+
+class TokenLogprobs(torch.nn.Module):
+    """``model`` as a module whose ``forward(batch, temperature)`` is :func:`token_logprobs`.
+
+    :func:`token_logprobs` calls the decoder and the LM head apart (to skip the head where nothing is
+    labelled), never ``model.forward``; DDP and FSDP only see a pass that enters through the ``forward`` of
+    the module they wrap. So ``accelerator.prepare`` gets this module, and the pass goes through it.
+    """
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+        # accelerate's FSDP auto-wrap reads the layer classes to shard from the root module's attribute
+        self._no_split_modules = getattr(model, "_no_split_modules", None)
+
+    def forward(self, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+        return _token_logprobs(self.model, batch, temperature)
+
+
+def _token_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
     core = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder = core.get_decoder()
     device = next(core.parameters()).device

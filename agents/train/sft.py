@@ -3,6 +3,11 @@
 The embedded model cannot call tools zero-shot, so RL from it alone gets no signal. A few minutes of
 SFT on the train split's reference trajectories (played through the real env, so tool results are real)
 teach it the call format and the domains.
+
+Training runs through ``accelerate.Accelerator`` (:mod:`.distributed`). Under ``accelerate launch`` with
+several processes (DDP; FSDP is not supported here yet) every process draws the same shuffled batches and
+trains on its own share of them (``batch_size`` is per process), the gradients are averaged, and rank 0
+writes the run's files.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.compose import rehearse
 from envace_gym.rehearsal import ImagineRequest, RealResultImaginer
 
-from .logprobs import token_logprobs
+from .distributed import make_accelerator, place_model, uses_fsdp
+from .logprobs import TokenLogprobs, token_logprobs
 
 __all__ = ["SFTConfig", "SFTExample", "build_sft_examples", "train_sft"]
 
@@ -253,20 +259,29 @@ def train_sft(
         raise ValueError("no SFT examples")
     if cfg.steps is None and cfg.minutes is None:
         raise ValueError("give steps or minutes")
+    accelerator = make_accelerator(policy.model)
+    if uses_fsdp(accelerator):
+        raise ValueError("envace sft does not support FSDP yet: use DDP (an accelerate config without fsdp_config)")
+    place_model(policy, accelerator)
+    rank, world, main = accelerator.process_index, accelerator.num_processes, accelerator.is_main_process
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     model = _apply_lora(policy, cfg) if cfg.lora else policy.model
     model.train()
     use_bf16 = bf16_supported() if cfg.bf16 == "auto" else bool(cfg.bf16)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
+    )
     total = cfg.steps or 10**9
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)))
+    # The forward pass goes through `wrapped` (DDP around the model when several processes; else the model).
+    wrapped, opt, sched = accelerator.prepare(TokenLogprobs(model), opt, sched)
+    device = next(model.parameters()).device
     out = Path(out_dir) if out_dir else None
-    if out:
+    if out and main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "sft_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    metrics_fh = (out / "metrics.jsonl").open("w") if out else None
+    metrics_fh = (out / "metrics.jsonl").open("w") if out and main else None
     pad_id = policy.engine.pad_id
     deadline = time.monotonic() + cfg.minutes * 60 if cfg.minutes else math.inf
     start = time.monotonic()
@@ -274,28 +289,44 @@ def train_sft(
     step = 0
     skipped = 0
     loss_value = float("nan")
-    bar = tqdm(total=cfg.steps, desc="sft", disable=not progress, unit="step")
+    bar = tqdm(total=cfg.steps, desc="sft", disable=not (progress and main), unit="step")
     batches = _batches(examples, cfg, rng)
     try:
-        while step < total and time.monotonic() < deadline:
-            batch = _collate(next(batches), pad_id, cfg.max_tokens, shared_head=cfg.shared_head)
-            if not (batch["labels"] != -100).any():
+        while True:
+            # Every process draws the same batches; each trains on its own one of every `world` in a row.
+            batch = _collate([next(batches) for _ in range(world)][rank], pad_id, cfg.max_tokens, cfg.shared_head)
+            labelled = bool((batch["labels"] != -100).any())
+            # Whether to go on, and whether any process has something to learn: decided together (the
+            # processes' clocks and batches differ, and each step's gradient reduction needs them all).
+            go_on = step < total and time.monotonic() < deadline
+            flags = torch.tensor([float(labelled), float(not go_on)], device=device)
+            flags = accelerator.reduce(flags, "sum") if world > 1 else flags
+            if flags[1] > 0:
+                break
+            if flags[0] == 0:
                 skipped += 1  # nothing to learn in this batch (every target was cut)
                 continue
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
-                loss = actor_token_loss(model, batch)
+                if labelled:
+                    loss = actor_token_loss(wrapped, batch)
+                else:  # another process has targets: take part in the step with a loss of 0
+                    loss = token_logprobs(wrapped, batch).sum()
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"SFT loss became {loss.item()} at step {step + 1}; lower --lr or check the data"
                 )
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            accelerator.backward(loss)
+            accelerator.clip_grad_norm_(wrapped.parameters(), cfg.grad_clip)
             opt.step()
             sched.step()
             step += 1
-            tokens += int(batch["attention_mask"].sum())
+            step_tokens = batch["attention_mask"].sum()
             loss_value = loss.item()
+            if world > 1:  # the record: every process's tokens, the mean of their losses
+                step_tokens = accelerator.reduce(step_tokens.to(device), "sum")
+                loss_value = float(accelerator.reduce(loss.detach().float(), "mean"))
+            tokens += int(step_tokens)
             elapsed = time.monotonic() - start
             record = {
                 "step": step,
@@ -315,7 +346,7 @@ def train_sft(
         if metrics_fh:
             metrics_fh.close()
     if cfg.lora:
-        if adapter_dir is not None:
+        if adapter_dir is not None and main:
             model.save_pretrained(str(adapter_dir), safe_serialization=True)
         policy.model = model.merge_and_unload()  # a plain model again: the checkpoint loads without peft
     policy.model.eval()
@@ -330,7 +361,8 @@ def train_sft(
         "final_loss": loss_value,
         "examples": len(examples),
     }
-    if out:
+    if out and main:
         policy.save(out)
         (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    accelerator.wait_for_everyone()
     return summary

@@ -60,7 +60,7 @@ def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: Ru
     trainer = EnvACETrainer(
         policy, env_args.make_env, cfg, args.out, simulator=simulator, resume=args.resume, progress=run_args.progress
     )
-    if trainer.lr_choice and trainer.dist.main:
+    if trainer.lr_choice and trainer.is_main:
         # stderr under --json: stdout holds the one JSON object
         print(
             f"lr {trainer.cfg.lr:g} ({trainer.lr_choice}; set --lr to override)",
@@ -80,7 +80,7 @@ def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: Ru
     }
     if run_args.json:
         print(json.dumps(summary))
-    elif trainer.dist.main:
+    elif trainer.is_main:
         print(
             f"trained {trainer.step_done} steps; checkpoint {summary['checkpoint']} "
             f"(evaluate it with --policy ckpt:{summary['checkpoint']}); curve in {args.out}/learning_curve.png"
