@@ -25,7 +25,8 @@ imagined training episode's actions replayed on a fresh real backend: agreement 
 success, real reward); the env role's fidelity on held-out calls before and after training, with and
 without reference examples; the share of actor turns that hold a tool result instead of a call or an
 answer; tokens and time. It prints a table, writes ``results.json``, ``table.md`` and ``learning.png``
-under ``--out``; each (arm, seed) run keeps its own ``result.json``, so ``--resume`` skips finished runs.
+under ``--out``; each (arm, seed) run keeps its own ``result.json``, so ``--resume`` skips finished runs, and
+an arm cut short goes on from its newest checkpoint (one every ``SAVE_EVERY`` = 5 steps).
 
     python benchmarks/learning.py                       # the default setting
     python benchmarks/learning.py --jobs 9 --device cuda  # the same setting, runs in parallel on one GPU
@@ -55,9 +56,11 @@ from envace_gym.agents.eval.fidelity import fidelity_report
 from envace_gym.agents.eval.stats import mean_interval, wilson_interval
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
+from envace_gym.agents.train.checkpoint import latest_checkpoint
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.envace import EnvACETrainer
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
+from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal.prompt import is_result_shaped
 
 ARMS: dict[str, dict[str, Any] | None] = {
@@ -86,6 +89,9 @@ IMAGINED = {
     "grpo-simulator",
     "grounded-0.25",
 }
+
+#: Steps between an arm's checkpoints: what a run cut short loses at most (``--resume`` goes on from there).
+SAVE_EVERY = 5
 
 DEFAULT = {
     "suite": "builtin/bank",
@@ -243,16 +249,22 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         seed=seed,
-        save_every=args.steps,
+        # A checkpoint every few steps (only the newest kept): an arm cut short goes on under --resume.
+        save_every=min(SAVE_EVERY, args.steps),
         keep_last=1,
         log_trajectories_every=0,
         sim_to_real=name in IMAGINED,  # a diagnostic: its calls are counted apart and never trained on
         **overrides,
     )
     out = Path(args.out) / f"{name}-seed{seed}"
-    trainer = EnvACETrainer(policy, env_factory(args, "train"), cfg, out, progress=False)
-    records = trainer.train()
-    train_s = time.monotonic() - t0
+    resume = args.resume and latest_checkpoint(out) is not None  # an arm cut short: on from its checkpoint
+    if resume:
+        print(f"{name}-seed{seed}: resuming from {latest_checkpoint(out).name}", flush=True)
+    trainer = EnvACETrainer(policy, env_factory(args, "train"), cfg, out, progress=False, resume=resume)
+    trainer.train()
+    # Every step's record, the ones of an earlier, interrupted process included (the trainer kept them).
+    records = [r for _, r in read_jsonl(out / "metrics.jsonl") if isinstance(r, dict)]
+    train_s = time.monotonic() - t0 if not resume else sum(r["rollout_s"] + r["update_s"] for r in records)
     result = measure(policy, args, seed)
     keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "verifier_calls")
     result.update(
