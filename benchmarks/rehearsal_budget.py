@@ -209,15 +209,15 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(path: str) -> None:
-    """Rewrite ``docs/rehearsal.md``'s generated table from a results file."""
+def write_docs(path: str, block: str = "rehearsal-table") -> None:
+    """Rewrite the generated table ``block`` of ``docs/rehearsal.md`` from a results file."""
     report = json.loads(Path(path).read_text())
     s = report["settings"]
     caption = (
         f"Raw results: `docs/{Path(path).name}` (held-out test episodes of {s['suite']}, seed {s['seed']}; "
         f"{report['minutes']} min on {report.get('machine', 'CPU')})."
     )
-    changed = write_block("rehearsal.md", "rehearsal-table", f"{table(report['results'])}\n\n{caption}")
+    changed = write_block("rehearsal.md", block, f"{table(report['results'])}\n\n{caption}")
     print(f"docs/rehearsal.md {'rewritten' if changed else 'unchanged'} from {path}")
 
 
@@ -247,12 +247,13 @@ def main() -> None:
     parser.add_argument(
         "--write-docs", metavar="RESULTS", help="rewrite docs/rehearsal.md's table from RESULTS; run nothing"
     )
+    parser.add_argument("--block", default="rehearsal-table", help="(--write-docs) the table's block in the page")
     for key, value in learning.DEFAULT.items():  # the learning benchmark's setting (tasks, horizon, warm start)
         if key in ("suite", "max_calls", "max_turns", "max_new_tokens", "warm_steps"):
             parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=value, help=f"default {value}")
     args = parser.parse_args()
     if args.write_docs:
-        write_docs(args.write_docs)
+        write_docs(args.write_docs, args.block)
         return
     configs = parse_configs(args.configs)
     out = Path(args.out)
