@@ -257,7 +257,8 @@ def train_sft(
     rng = random.Random(cfg.seed)
     model = _apply_lora(policy, cfg) if cfg.lora else policy.model
     model.train()
-    use_bf16 = bf16_supported() if cfg.bf16 == "auto" else bool(cfg.bf16)
+    device = next(model.parameters()).device
+    use_bf16 = bf16_supported(device) if cfg.bf16 == "auto" else bool(cfg.bf16)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     total = cfg.steps or 10**9
@@ -282,7 +283,7 @@ def train_sft(
             if not (batch["labels"] != -100).any():
                 skipped += 1  # nothing to learn in this batch (every target was cut)
                 continue
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
                 loss = actor_token_loss(model, batch)
             if not torch.isfinite(loss):
                 raise FloatingPointError(
