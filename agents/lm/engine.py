@@ -235,12 +235,13 @@ class HFEngine(_EngineBase):
             tokens, lps = _sample(logits, sampling, generator)
             tokens = tokens.to(self.device)
             is_stop = torch.isin(tokens, stop)
-            # One transfer to the host per step (not one per row): the ids, logprobs and stops of all rows.
-            step_ids, step_lps, step_stops = tokens.tolist(), lps.tolist(), is_stop.tolist()
+            # One transfer to the host per step (not one per row): the ids, logprobs and stops of all rows, as
+            # float64 (exact for token ids and for float32 logprobs).
+            step_ids, step_lps, step_stops = torch.stack([tokens.double(), lps.double(), is_stop.double()]).tolist()
             for i in range(n):
                 if finished[i]:
                     continue
-                gen_ids[i].append(step_ids[i])
+                gen_ids[i].append(int(step_ids[i]))
                 gen_lps[i].append(step_lps[i])
                 if step_stops[i]:
                     finished[i], reasons[i] = True, "stop"
