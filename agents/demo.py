@@ -34,6 +34,7 @@ from envace_gym.agents import recipe
 from envace_gym.agents.eval.evaluate import evaluate
 from envace_gym.agents.eval.fidelity import fidelity_report
 from envace_gym.agents.eval.stats import wilson_interval
+from envace_gym.agents.lm.device import resolve_device
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.rollout import Trajectory, load_trajectories, save_trajectories
@@ -84,6 +85,10 @@ class DemoConfig:
     out_root: str = field(
         default="runs", metadata={"help": "parent folder of the run folder (demo-<time>/)", "aliases": ["--out"]}
     )
+    device: str = field(
+        default="auto",
+        metadata={"help": "where the model runs: auto (CUDA when present, else the CPU), cpu, cuda or cuda:N"},
+    )
 
     def __post_init__(self) -> None:
         checks = {
@@ -108,6 +113,7 @@ class DemoConfig:
                 )
         if not self.policy:
             raise ValueError("DemoConfig.policy (--policy) must not be empty")
+        resolve_device(self.device, "--device")
         if self.warm not in ("auto", "adapter", "sft", "none"):
             raise ValueError(f"DemoConfig.warm (--warm) must be auto, adapter, sft or none, got {self.warm!r}")
         if self.warm == "adapter" and self.policy != "default":
@@ -257,7 +263,7 @@ def run_demo(cfg: DemoConfig) -> Path:
         f"{rl_cfg.tasks_per_step} tasks x {rl_cfg.group_size} episodes under imagination (no live tool call), "
         f"{cfg.episodes} test episodes on the real backends before and after -> {run_dir}"
     )
-    policy = LMPolicy.from_spec(cfg.policy, sampling=sampling)
+    policy = LMPolicy.from_spec(cfg.policy, sampling=sampling).to(cfg.device)
     warm = _warm_start(policy, cfg, run_dir)
 
     before_trajs, before = _evaluate(policy, cfg, "warm start: eval")

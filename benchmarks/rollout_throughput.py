@@ -422,6 +422,50 @@ def write_docs(before_path: str, after_path: str) -> None:
     print(f"docs/benchmarks.md: throughput-before-after {'rewritten' if changed else 'unchanged'}")
 
 
+def _median(values: Sequence[float]) -> float:
+    import statistics
+
+    return statistics.median(values)
+
+
+def repeats_table(repeats: dict[str, Any]) -> str:
+    """The Markdown table of ``docs/benchmarks.md`` comparing repeated runs of this script before and after a
+    change (``{"before": [<this script's JSON>, ...], "after": [...]}``, run alternately on one machine):
+    per env count, the median ours tok/s before and after and their ratio, and the median ours / raw of
+    each (raw is measured in the same run as ours, so it carries the same machine load)."""
+    before, after = repeats["before"], repeats["after"]
+    lines = [
+        f"| envs | ours tok/s, before ({len(before)} runs) | ours tok/s, after ({len(after)} runs) | after / before "
+        "| ours / raw, before | ours / raw, after |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n in [row["envs"] for row in before[0]["rows"]]:
+        b, a = ([row for run in runs for row in run["rows"] if row["envs"] == n] for runs in (before, after))
+        b_rate, a_rate = _median([r["ours_tok_s"] for r in b]), _median([r["ours_tok_s"] for r in a])
+        cells = [
+            str(n),
+            _round(b_rate, "0.1"),
+            _round(a_rate, "0.1"),
+            _round(a_rate / b_rate, "0.01") + "x",
+            _round(_median([r["ours_vs_raw"] for r in b]), "0.01"),
+            _round(_median([r["ours_vs_raw"] for r in a]), "0.01"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_repeats_docs(path: str) -> None:
+    """Rewrite the repeated before/after block of ``docs/benchmarks.md`` from one result file; run nothing."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _docs import write_block
+
+    table = repeats_table(json.loads(Path(path).read_text()))
+    changed = write_block("benchmarks.md", "throughput-repeats", table)
+    print(f"docs/benchmarks.md: throughput-repeats {'rewritten' if changed else 'unchanged'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", default="default", help="default | tiny | ckpt:DIR | hf:PATH")
@@ -440,9 +484,18 @@ def main() -> None:
         help="measure nothing: rewrite docs/benchmarks.md's before/after table from two result files "
         "(e.g. docs/throughput_before_2026-12-05.json docs/throughput_after_2026-12-05.json)",
     )
+    parser.add_argument(
+        "--write-repeats-docs",
+        metavar="REPEATS.json",
+        help="measure nothing: rewrite docs/benchmarks.md's table of repeated runs before and after a change from "
+        'one file {"before": [result, ...], "after": [...]} (e.g. docs/throughput_engine_2026-12-05.json)',
+    )
     args = parser.parse_args()
     if args.write_docs:
         write_docs(*args.write_docs)
+        return
+    if args.write_repeats_docs:
+        write_repeats_docs(args.write_repeats_docs)
         return
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -66,6 +66,14 @@ def test_the_throughput_table_is_the_scripts_rendering_of_the_kept_json():
     assert rollout.before_after_table(before, after) == _block("benchmarks.md", "throughput-before-after")
 
 
+def test_the_repeated_throughput_table_is_the_scripts_rendering_of_the_kept_json():
+    rollout = _load("rollout_throughput")
+    repeats = json.loads((ROOT / "docs" / "throughput_engine_2026-12-05.json").read_text())
+    table = rollout.repeats_table(repeats)
+    assert table == _block("benchmarks.md", "throughput-repeats")
+    assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| 1", "| 4", "| 16"]
+
+
 def test_the_learning_table_is_the_scripts_rendering_of_the_kept_json(monkeypatch):
     learning = _load("learning")
     written = {}

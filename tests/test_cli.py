@@ -2,6 +2,7 @@ import dataclasses
 import json
 
 import pytest
+import torch
 from transformers import HfArgumentParser
 
 from envace_gym.agents.demo import DemoConfig
@@ -309,6 +310,42 @@ def test_bad_flags_exit_2_with_argparses_message(capsys, argv, says):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------ --device
+DEVICE_COMMANDS = [
+    ["train", "--out", "o"],
+    ["eval"],
+    ["sft", "--out", "o", "--steps", "1"],
+    ["demo"],
+]
+
+
+@pytest.mark.parametrize("argv", DEVICE_COMMANDS, ids=lambda argv: argv[0])
+def test_device_flag_is_accepted_and_defaults_to_auto(argv):
+    def device(configs):
+        return next(c.device for c in configs if isinstance(c, RunArgs | DemoConfig))
+
+    assert device(parse(argv)[1]) == "auto"
+    assert device(parse([*argv, "--device", "cpu"])[1]) == "cpu"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+@pytest.mark.parametrize("argv", DEVICE_COMMANDS, ids=lambda argv: argv[0])
+def test_device_cuda_without_a_gpu_is_a_one_line_error(capsys, argv):
+    code, out, err = run(capsys, *argv, "--device", "cuda")
+    assert code == 2 and err.startswith("envace: error:") and err.count("\n") == 1, err
+    assert "--device cuda: no CUDA device is available" in err and "Traceback" not in err and out == ""
+    code, _, err = run(capsys, *argv, "--device", "gpu")
+    assert code == 2 and "--device must be auto, cpu, cuda or cuda:N, got 'gpu'" in err
+
+
+def test_an_lm_eval_runs_on_the_device_it_is_given(capsys):
+    code, out, _ = run(
+        capsys, "eval", "--suite", "builtin/bank", "--policy", "tiny", "--episodes", "2", "--max-turns", "1",
+        "--max-new-tokens", "4", "--device", "cpu", "--json", "--no-progress",
+    )  # fmt: skip
+    assert code == 0 and json.loads(out)["episodes"] == 2
 
 
 def test_help_documents_every_config_field(capsys):

@@ -11,6 +11,12 @@ Batched layout, per row ``i`` with a reused cache of ``c_i`` tokens and ``s_i`` 
     [pad ... | cached c_i | pad ... | new s_i]   (attention mask 0 on pads, positions continue per row)
 
 so every row's newest token sits in the last column and decoding proceeds in lockstep.
+
+A call's batch cache is kept as it was left (a *live batch*): when the next call asks for the same
+conversations in the same order and each prompt extends what was cached, the new tokens are appended to that
+cache in place (``[live batch row | pad ... | new s_i]``), with no copy of what is cached. Any other call
+copies the rows it needs out of the live batch and builds a new one, as above. Sampling runs on the model's
+device; on a GPU the only per-token transfer to the host is the sampled ids and their logprobs.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -75,7 +82,15 @@ class _EngineBase:
         self.stop_token_ids = list(stop_token_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
         self.bf16 = bf16
-        self.stats = {"prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0, "prefix_tokens": 0}
+        # reused_tokens: cached tokens not encoded again; repacked_tokens: those of them copied into a new batch
+        # cache (a call that continues the previous call's batch copies none).
+        self.stats = {
+            "prompt_tokens": 0,
+            "reused_tokens": 0,
+            "repacked_tokens": 0,
+            "generated_tokens": 0,
+            "prefix_tokens": 0,
+        }
 
     def drop(self, key: str) -> None:
         """Forget a conversation's cache (at the end of its episode)."""
@@ -90,6 +105,25 @@ class _CacheEntry:
     layers: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [1, kv_heads, len, head_dim]
 
 
+@dataclass(eq=False)
+class _LiveBatch:
+    """A call's batch cache as the call left it: row ``i`` is conversation ``keys[i]``, its cached positions
+    are where ``mask[i]`` is 1 (pads and the tokens of rows that stopped early are 0)."""
+
+    keys: tuple[str, ...]
+    cache: Any  # a DynamicCache, [rows, kv_heads, width, head_dim] per layer
+    mask: torch.Tensor  # [rows, width]
+
+
+@dataclass
+class _LiveRow:
+    """A conversation whose cache is row ``row`` of a live batch."""
+
+    ids: list[int]
+    batch: _LiveBatch
+    row: int
+
+
 class HFEngine(_EngineBase):
     """Batched generation over a transformers model, with per-conversation KV caches.
 
@@ -98,8 +132,9 @@ class HFEngine(_EngineBase):
         tokenizer: its tokenizer.
         stop_token_ids: token ids that end a turn (default: EOS and ``<|im_end|>`` if present).
         max_cached: conversations whose caches are kept (least recently used are dropped).
-        bf16: run forward passes under bfloat16 autocast (pays off on CPUs with native bf16, e.g.
-            AVX512-BF16; logprobs then carry bf16 rounding). Weights stay in float32.
+        bf16: run forward passes under bfloat16 autocast, on the CPU or a CUDA device (pays off on GPUs and
+            on CPUs with native bf16, e.g. AVX512-BF16; logprobs then carry bf16 rounding). Weights stay in
+            float32, so the trainer updates the same model.
     """
 
     def __init__(
@@ -114,10 +149,14 @@ class HFEngine(_EngineBase):
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.max_cached = max_cached
-        self._caches: OrderedDict[str, _CacheEntry] = OrderedDict()
+        self._caches: OrderedDict[str, _CacheEntry | _LiveRow] = OrderedDict()
         # Shared prompt prefixes (system message + tool list): computed once, reused by every conversation.
         self._prefixes: OrderedDict[tuple[int, ...], _CacheEntry] = OrderedDict()
         self._cache_kw = cache_kwarg(self.model)
+        # A caller's CPU generator -> its twin on the model's device (seeded alike, advanced by every call).
+        self._device_generators: weakref.WeakKeyDictionary[torch.Generator, torch.Generator] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # ------------------------------------------------------------------ public
     def drop(self, key: str) -> None:
@@ -147,7 +186,9 @@ class HFEngine(_EngineBase):
             return []
         with (
             torch.inference_mode(),
-            torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16 and self.device.type == "cpu"),
+            torch.autocast(
+                self.device.type, dtype=torch.bfloat16, enabled=self.bf16 and self.device.type in ("cpu", "cuda")
+            ),
         ):
             return self._generate(prompts, sampling, keys, generator, prefix_lens)
 
@@ -155,11 +196,18 @@ class HFEngine(_EngineBase):
         keys = list(keys) if keys is not None else [None] * len(prompts)
         prefix_lens = list(prefix_lens) if prefix_lens is not None else [0] * len(prompts)
         if generator is None and sampling.seed is not None:
-            generator = torch.Generator(device="cpu").manual_seed(sampling.seed)
-        reused = [
-            self._reusable(k, p) or self._prefix(p, n) for k, p, n in zip(keys, prompts, prefix_lens, strict=True)
-        ]
-        batch = _Batch.build(prompts, reused, self.pad_id, self.device)
+            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        generator = self._on_device(generator)
+        live = self._live_batch(keys, prompts)
+        if live is not None:
+            reused: list[_CacheEntry | _LiveRow | None] = [self._caches.pop(k) for k in keys]
+            batch = _Batch.extend(live, prompts, [len(r.ids) for r in reused], self.pad_id, self.device)
+        else:
+            reused = [
+                self._reusable(k, p) or self._prefix(p, n) for k, p, n in zip(keys, prompts, prefix_lens, strict=True)
+            ]
+            batch = _Batch.build(prompts, reused, self.pad_id, self.device)
+            self.stats["repacked_tokens"] += sum(len(r.ids) for r in reused if r)
         self.stats["prompt_tokens"] += sum(
             len(p) - (len(r.ids) if r else 0) for p, r in zip(prompts, reused, strict=True)
         )
@@ -183,19 +231,25 @@ class HFEngine(_EngineBase):
         next_pos = batch.next_positions.clone()
         mask = batch.mask
         stop = torch.tensor(self.stop_token_ids, device=self.device)
+        done = torch.zeros(n, dtype=torch.bool, device=self.device)
         for step in range(sampling.max_new_tokens):
             tokens, lps = _sample(logits, sampling, generator)
+            tokens = tokens.to(self.device)
             is_stop = torch.isin(tokens, stop)
+            # One transfer to the host per step (not one per row): the ids, logprobs and stops of all rows, as
+            # float64 (exact for token ids and for float32 logprobs).
+            step_ids, step_lps, step_stops = torch.stack([tokens.double(), lps.double(), is_stop.double()]).tolist()
             for i in range(n):
                 if finished[i]:
                     continue
-                gen_ids[i].append(int(tokens[i]))
-                gen_lps[i].append(float(lps[i]))
-                if bool(is_stop[i]):
+                gen_ids[i].append(int(step_ids[i]))
+                gen_lps[i].append(step_lps[i])
+                if step_stops[i]:
                     finished[i], reasons[i] = True, "stop"
             if all(finished) or step == sampling.max_new_tokens - 1:
                 break
-            active = torch.tensor([not f for f in finished], device=self.device)
+            done |= is_stop  # kept on the device, in step with `finished`
+            active = ~done
             feed = torch.where(active, tokens, torch.full_like(tokens, self.pad_id))
             mask = torch.cat([mask, active.long()[:, None]], dim=1)
             out = self.model(
@@ -208,12 +262,17 @@ class HFEngine(_EngineBase):
             logits = out.logits[:, -1, :]
             next_pos = next_pos + active.long()
 
+        # The cache holds each prompt plus every generated token except the last (never fed back).
+        cached_ids = [list(p) + g[:-1] for p, g in zip(prompts, gen_ids, strict=True)]
+        if None not in keys and len(set(keys)) == n:
+            self._keep_live(_LiveBatch(tuple(keys), past, mask), cached_ids)
+        else:
+            for i in range(n):
+                if keys[i] is not None:
+                    self._remember(keys[i], _compact(cached_ids[i], past, i, mask[i]))
         results = []
         for i in range(n):
             self.stats["generated_tokens"] += len(gen_ids[i])
-            if keys[i] is not None:
-                # The cache holds the prompt plus every generated token except the last (never fed back).
-                self._store(keys[i], i, list(prompts[i]) + gen_ids[i][:-1], past, mask[i])
             text_ids = gen_ids[i][:-1] if reasons[i] == "stop" else gen_ids[i]
             results.append(
                 Generation(
@@ -233,14 +292,53 @@ class HFEngine(_EngineBase):
     # ------------------------------------------------------------------ caches
     def _reusable(self, key: str | None, prompt: Sequence[int]) -> _CacheEntry | None:
         entry = self._caches.get(key) if key is not None else None
-        if entry is None:
+        if entry is None or not _extends(prompt, entry.ids):
             return None
-        n = len(entry.ids)
-        # At least one new token must be fed to get logits for the next position.
-        if n < len(prompt) and list(prompt[:n]) == entry.ids:
-            self._caches.move_to_end(key)
-            return entry
-        return None
+        if isinstance(entry, _LiveRow):  # copied out of its live batch, which this call does not continue
+            entry = _compact(entry.ids, entry.batch.cache, entry.row, entry.batch.mask[entry.row])
+            self._caches[key] = entry
+        self._caches.move_to_end(key)
+        return entry
+
+    def _live_batch(self, keys: Sequence[str | None], prompts: Sequence[Sequence[int]]) -> _LiveBatch | None:
+        """The live batch this call continues: the last batch of exactly these conversations, in this order,
+        each prompt extending its row, and not too ragged (else the rows are packed again)."""
+        first = self._caches.get(keys[0]) if keys[0] is not None else None
+        if not isinstance(first, _LiveRow) or first.batch.keys != tuple(keys):
+            return None
+        live = first.batch
+        for i, (key, prompt) in enumerate(zip(keys, prompts, strict=True)):
+            entry = self._caches.get(key)
+            if not (isinstance(entry, _LiveRow) and entry.batch is live and entry.row == i):
+                return None
+            if not _extends(prompt, entry.ids):
+                return None
+        # Rows that stopped early or had shorter prompts leave masked columns that every later step attends
+        # over; past a quarter of the longest row, packing the rows again (one copy) is the cheaper way on.
+        longest = max(len(self._caches[k].ids) for k in keys)
+        return live if live.mask.shape[1] - longest <= longest // 4 else None
+
+    def _keep_live(self, live: _LiveBatch, cached_ids: Sequence[list[int]]) -> None:
+        for i, (key, ids) in enumerate(zip(live.keys, cached_ids, strict=True)):
+            self._remember(key, _LiveRow(ids, live, i))
+
+    def _remember(self, key: str, entry: _CacheEntry | _LiveRow) -> None:
+        self._caches[key] = entry
+        self._caches.move_to_end(key)
+        while len(self._caches) > self.max_cached:
+            self._caches.popitem(last=False)
+
+    def _on_device(self, generator: torch.Generator | None) -> torch.Generator | None:
+        """``generator``, or where it lives on another device than the model, its twin on the model's device:
+        seeded with its seed once, then advanced by every call, so a seeded run draws the same on the same
+        device (on the CPU, the caller's generator itself, as before)."""
+        if generator is None or generator.device.type == self.device.type:
+            return generator
+        twin = self._device_generators.get(generator)
+        if twin is None:
+            twin = torch.Generator(device=self.device).manual_seed(generator.initial_seed())
+            self._device_generators[generator] = twin
+        return twin
 
     def _prefix(self, prompt: Sequence[int], length: int) -> _CacheEntry | None:
         if not 0 < length < len(prompt):
@@ -264,18 +362,22 @@ class HFEngine(_EngineBase):
 
         return DynamicCache()
 
-    def _store(self, key: str, row: int, ids: list[int], past: Any, row_mask: torch.Tensor) -> None:
-        keep = row_mask.nonzero().squeeze(-1)
-        if keep.numel() != len(ids):  # pragma: no cover - a bookkeeping bug, never silently store garbage
-            raise RuntimeError(f"cache bookkeeping mismatch: {keep.numel()} positions for {len(ids)} tokens")
-        layers = [
-            (layer.keys[row : row + 1, :, keep, :].clone(), layer.values[row : row + 1, :, keep, :].clone())
-            for layer in past.layers
-        ]
-        self._caches[key] = _CacheEntry(ids, layers)
-        self._caches.move_to_end(key)
-        while len(self._caches) > self.max_cached:
-            self._caches.popitem(last=False)
+
+def _extends(prompt: Sequence[int], ids: list[int]) -> bool:
+    """Whether ``prompt`` continues ``ids`` by at least one token (one must be fed to get the next logits)."""
+    return len(ids) < len(prompt) and list(prompt[: len(ids)]) == ids
+
+
+def _compact(ids: list[int], past: Any, row: int, row_mask: torch.Tensor) -> _CacheEntry:
+    """Row ``row`` of a batch cache, its unmasked positions only, copied out."""
+    keep = row_mask.nonzero().squeeze(-1)
+    if keep.numel() != len(ids):  # pragma: no cover - a bookkeeping bug, never silently store garbage
+        raise RuntimeError(f"cache bookkeeping mismatch: {keep.numel()} positions for {len(ids)} tokens")
+    layers = [
+        (layer.keys[row : row + 1, :, keep, :].clone(), layer.values[row : row + 1, :, keep, :].clone())
+        for layer in past.layers
+    ]
+    return _CacheEntry(ids, layers)
 
 
 @dataclass
@@ -290,20 +392,14 @@ class _Batch:
     def build(
         cls, prompts: Sequence[Sequence[int]], reused: Sequence[_CacheEntry | None], pad_id: int, device: torch.device
     ) -> _Batch:
+        """Pack each row's reused cache (left-padded to the longest) and its new tokens into a new cache."""
         from transformers import DynamicCache
 
-        n = len(prompts)
         cached = [len(r.ids) if r else 0 for r in reused]
-        new = [list(p[c:]) for p, c in zip(prompts, cached, strict=True)]
-        lc, s = max(cached), max(len(x) for x in new)
-        input_ids = torch.full((n, s), pad_id, dtype=torch.long)
-        positions = torch.ones((n, s), dtype=torch.long)
-        mask = torch.zeros((n, lc + s), dtype=torch.long)
-        for i, (c, toks) in enumerate(zip(cached, new, strict=True)):
-            mask[i, lc - c : lc] = 1
-            mask[i, lc + s - len(toks) :] = 1
-            input_ids[i, s - len(toks) :] = torch.tensor(toks, dtype=torch.long)
-            positions[i, s - len(toks) :] = torch.arange(c, c + len(toks))
+        lc = max(cached)
+        cached_mask = torch.zeros((len(prompts), lc), dtype=torch.long)
+        for i, c in enumerate(cached):
+            cached_mask[i, lc - c :] = 1
         cache = DynamicCache()
         if lc > 0:
             template = next(r for r in reused if r)
@@ -321,8 +417,44 @@ class _Batch:
                     vs.append(v)
                 layers.append((torch.cat(ks).to(device), torch.cat(vs).to(device)))
             cache = DynamicCache(ddp_cache_data=layers)
+        return cls._append(prompts, cached, cached_mask.to(device), cache, pad_id, device)
+
+    @classmethod
+    def extend(
+        cls,
+        live: _LiveBatch,
+        prompts: Sequence[Sequence[int]],
+        cached: Sequence[int],
+        pad_id: int,
+        device: torch.device,
+    ) -> _Batch:
+        """Continue a live batch in place: its rows' new tokens go after what it holds, nothing is copied."""
+        return cls._append(prompts, cached, live.mask, live.cache, pad_id, device)
+
+    @classmethod
+    def _append(
+        cls,
+        prompts: Sequence[Sequence[int]],
+        cached: Sequence[int],
+        cached_mask: torch.Tensor,
+        cache: Any,
+        pad_id: int,
+        device: torch.device,
+    ) -> _Batch:
+        """The batch of each row's tokens after its ``cached`` ones, right-aligned after ``cached_mask``."""
+        n = len(prompts)
+        new = [list(p[c:]) for p, c in zip(prompts, cached, strict=True)]
+        s = max(len(x) for x in new)
+        input_ids = torch.full((n, s), pad_id, dtype=torch.long)
+        positions = torch.ones((n, s), dtype=torch.long)
+        new_mask = torch.zeros((n, s), dtype=torch.long)
+        for i, (c, toks) in enumerate(zip(cached, new, strict=True)):
+            new_mask[i, s - len(toks) :] = 1
+            input_ids[i, s - len(toks) :] = torch.tensor(toks, dtype=torch.long)
+            positions[i, s - len(toks) :] = torch.arange(c, c + len(toks))
+        mask = torch.cat([cached_mask, new_mask.to(device)], dim=1)
         next_positions = torch.tensor([c + len(t) for c, t in zip(cached, new, strict=True)], dtype=torch.long)
-        return cls(input_ids.to(device), mask.to(device), positions.to(device), next_positions.to(device), cache)
+        return cls(input_ids.to(device), mask, positions.to(device), next_positions.to(device), cache)
 
 
 def cache_kwarg(module: Any) -> str:
@@ -345,7 +477,8 @@ def _sample(
         drop = sorted_p.cumsum(dim=-1) - sorted_p > cfg.top_p  # keep the smallest set reaching top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(1, order, sorted_p)
-    tokens = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
+    # On the logits' device, with a generator there (HFEngine._on_device): no transfer to the host per token.
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
 
 

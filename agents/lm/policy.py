@@ -17,6 +17,7 @@ import torch
 from envace_gym.rehearsal import ImagineRequest
 
 from .chat import ChatFormat
+from .device import resolve_device
 from .engine import Generation, HFEngine, SamplingConfig
 from .models import load_model_and_tokenizer, tiny_model
 from .protocols import Engine
@@ -24,8 +25,14 @@ from .protocols import Engine
 __all__ = ["LMPolicy", "tiny_policy", "ImagineRequest", "Generation", "SamplingConfig", "bf16_supported"]
 
 
-def bf16_supported() -> bool:
-    """Whether this CPU runs bfloat16 matmuls natively (AVX512-BF16/AMX), where autocast pays off."""
+def bf16_supported(device: str | torch.device = "cpu") -> bool:
+    """Whether ``device`` runs bfloat16 matmuls natively, where autocast pays off: on the CPU, AVX512-BF16/AMX;
+    on a CUDA device, what ``torch.cuda.is_bf16_supported()`` says (Ampere and newer)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if kind != "cpu":
+        return False
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -57,7 +64,8 @@ class LMPolicy:
         self.sampling = sampling or SamplingConfig()
         self.name = name
         self.chat = ChatFormat(tokenizer)
-        bf16 = bf16_supported() if bf16 == "auto" else bool(bf16)
+        self._bf16 = bf16  # "auto" is decided again where the model moves (see to())
+        bf16 = bf16_supported(next(model.parameters()).device) if bf16 == "auto" else bool(bf16)
         self.engine: Engine = engine or HFEngine(model, tokenizer, bf16=bf16)
         self._env_role_rng: torch.Generator | None = None
 
@@ -97,13 +105,16 @@ class LMPolicy:
 
     def to(self, device: str | torch.device = "auto") -> LMPolicy:
         """Move the model, and generation with it, to ``device``: ``auto`` (CUDA when present), ``cpu``,
-        ``cuda`` or a torch device. Cached keys and values are dropped. Returns the policy."""
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        ``cuda``, ``cuda:N`` or a torch device (no CUDA device: a one-line ``ValueError``). Cached keys and
+        values are dropped; a policy made with ``bf16="auto"`` decodes under bf16 autocast where the new
+        device supports it. Returns the policy."""
+        device = resolve_device(device)
         self.model.to(device)
         self.engine.clear()
         if isinstance(self.engine, HFEngine):  # it runs self.model, so it follows it (vLLM has its own copy)
             self.engine.device = next(self.model.parameters()).device
+            if self._bf16 == "auto":
+                self.engine.bf16 = bf16_supported(self.engine.device)
         return self
 
     def save(self, out_dir: str | Path) -> Path:

@@ -158,7 +158,7 @@ class EnvACETrainer:
         self.wrapped, self.optimizer, self.scheduler = self.accelerator.prepare(
             TokenLogprobs(self.model), optimizer, scheduler
         )
-        auto = bf16_supported() if self.device.type == "cpu" else torch.cuda.is_bf16_supported()
+        auto = bf16_supported(self.device)
         self.use_bf16 = auto if cfg.bf16 == "auto" else bool(cfg.bf16)
         self.ref_model = _frozen(policy.model) if cfg.kl_coef > 0 or cfg.env_role_kl_coef > 0 else None
         self.simulator = None

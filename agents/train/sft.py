@@ -268,7 +268,7 @@ def train_sft(
     rng = random.Random(cfg.seed)
     model = _apply_lora(policy, cfg) if cfg.lora else policy.model
     model.train()
-    use_bf16 = bf16_supported() if cfg.bf16 == "auto" else bool(cfg.bf16)
+    use_bf16 = bf16_supported(next(model.parameters()).device) if cfg.bf16 == "auto" else bool(cfg.bf16)
     opt = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
     )
@@ -306,7 +306,7 @@ def train_sft(
             if flags[0] == 0:
                 skipped += 1  # nothing to learn in this batch (every target was cut)
                 continue
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
                 if labelled:
                     loss = actor_token_loss(wrapped, batch)
                 else:  # another process has targets: take part in the step with a loss of 0

@@ -172,11 +172,18 @@ class BackendArgs:
 
 @dataclass
 class RunArgs:
-    """Seed and output."""
+    """Seed, output and the device LM policies run on."""
 
     _argument_group_name = "run"
 
     seed: int = field(default=0, metadata={"help": "seed of the task order, the policy and sampling"})
+    device: str = field(
+        default="auto",
+        metadata={
+            "help": "where LM policies run: auto (CUDA when present, else the CPU), cpu, cuda or cuda:N; "
+            "bf16 autocast where the device supports it"
+        },
+    )
     json: bool = field(default=False, metadata={"help": "print one JSON object on stdout"})
     no_progress: bool = field(
         default=False, metadata={"help": "hide progress bars: ours and those of transformers / huggingface_hub"}
@@ -188,6 +195,12 @@ class RunArgs:
             "(which checkpoint a run folder gave), no warnings or info logs from the libraries"
         },
     )
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cpu"):  # torch is imported only to check a GPU that is asked for
+            from envace_gym.agents.lm.device import resolve_device
+
+            resolve_device(self.device, "--device")
 
     @property
     def progress(self) -> bool:
@@ -386,16 +399,19 @@ def flag_dests(parser: ArgumentParser) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------ env and models
-def load_lm(spec: str, sampling: SamplingArgs, seed: int, engine: str = "hf", quiet: bool = False) -> LMPolicy:
-    """The LM policy of ``spec``; ``quiet``: without the info lines (a first conversion, which checkpoint a
-    run folder gave)."""
+def load_lm(
+    spec: str, sampling: SamplingArgs, seed: int, engine: str = "hf", quiet: bool = False, device: str = "auto"
+) -> LMPolicy:
+    """The LM policy of ``spec``, on ``device`` (``--device``); ``quiet``: without the info lines (a first
+    conversion, which checkpoint a run folder gave)."""
     from envace_gym.agents.lm.models import ModelLoadError
     from envace_gym.agents.lm.policy import LMPolicy
 
     try:
-        return LMPolicy.from_spec(spec, sampling=sampling.config(seed), engine=engine, progress=not quiet)
+        policy = LMPolicy.from_spec(spec, sampling=sampling.config(seed), engine=engine, progress=not quiet)
     except ModelLoadError as exc:
         raise UserError(str(exc)) from None
+    return policy.to(device)
 
 
 def make_imaginer(
@@ -405,6 +421,7 @@ def make_imaginer(
     sampling: SamplingArgs,
     seed: int,
     quiet: bool = False,
+    device: str = "auto",
 ) -> Imaginer | None:
     """Who imagines tool results: the actor itself (``self``, ``self-inline``) or a separate frozen model
     (``simulator``); ``None`` for the backends an env builds itself."""
@@ -416,5 +433,5 @@ def make_imaginer(
             )
         return actor
     if backend.imagined:  # simulator
-        return load_lm(simulator, sampling, seed, quiet=quiet)
+        return load_lm(simulator, sampling, seed, quiet=quiet, device=device)
     return None

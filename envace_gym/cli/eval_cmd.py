@@ -174,8 +174,9 @@ def run(
 
     backend = backend_args.spec
     t0 = time.monotonic()
-    lm = load_lm(args.policy, sampling, run_args.seed, quiet=run_args.quiet) if is_lm_spec(args.policy) else None
-    imaginer = make_imaginer(backend, lm, args.simulator, sampling, run_args.seed, quiet=run_args.quiet)
+    quiet, device = run_args.quiet, run_args.device
+    lm = load_lm(args.policy, sampling, run_args.seed, quiet=quiet, device=device) if is_lm_spec(args.policy) else None
+    imaginer = make_imaginer(backend, lm, args.simulator, sampling, run_args.seed, quiet=quiet, device=device)
     env = env_args.make_env(backend, imaginer)
     pool = env.unwrapped.pool
     episodes = args.episodes or len(pool)

@@ -71,14 +71,16 @@ def run(
 ) -> int:
     from envace_gym.agents.eval.fidelity import fidelity_report, fidelity_table, save_report
 
-    policy = load_lm(args.policy, sampling, run_args.seed, quiet=run_args.quiet)
+    policy = load_lm(args.policy, sampling, run_args.seed, quiet=run_args.quiet, device=run_args.device)
     imaginers: dict[str, Any] = {}
     for name in args.backend_list:
         spec = parse_backend_spec(name)
         imaginer = (
             policy
             if spec.self_imagined
-            else load_lm(args.simulator or "default", sampling, run_args.seed, quiet=run_args.quiet)
+            else load_lm(
+                args.simulator or "default", sampling, run_args.seed, quiet=run_args.quiet, device=run_args.device
+            )
         )
         imaginers[name] = (imaginer, spec.imagination_mode)
     report = fidelity_report(

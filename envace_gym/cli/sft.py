@@ -70,7 +70,7 @@ def run(
             f"sft plays the reference episodes with real tools: --backend must be real, got {backend_args.backend!r}"
         )
     env = env_args.make_env()
-    policy = load_lm(args.policy, sampling, run_args.seed, quiet=run_args.quiet)
+    policy = load_lm(args.policy, sampling, run_args.seed, quiet=run_args.quiet, device=run_args.device)
     examples = build_sft_examples(
         env, policy, cfg.max_examples, seed=cfg.seed, progress=run_args.progress, roles=args.role_list
     )

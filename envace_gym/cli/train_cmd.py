@@ -54,8 +54,9 @@ def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: Ru
     from envace_gym.agents.train.envace import EnvACETrainer
 
     sampling = SamplingArgs(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
-    policy = load_lm(args.policy, sampling, cfg.seed, engine=args.engine, quiet=run_args.quiet)
-    simulator = load_lm(cfg.simulator, sampling, cfg.seed, quiet=run_args.quiet) if cfg.simulator else None
+    quiet, device = run_args.quiet, run_args.device
+    policy = load_lm(args.policy, sampling, cfg.seed, engine=args.engine, quiet=quiet, device=device)
+    simulator = load_lm(cfg.simulator, sampling, cfg.seed, quiet=quiet, device=device) if cfg.simulator else None
     # The env on real backends: the trainer composes it with cfg.backend (envace_gym.rehearse).
     trainer = EnvACETrainer(
         policy, env_args.make_env, cfg, args.out, simulator=simulator, resume=args.resume, progress=run_args.progress
