@@ -231,3 +231,16 @@ def test_an_lm_policy_is_told_apart_by_a_protocol_not_by_hasattr(policy):
     assert not is_lm_policy(OraclePolicy(envace_gym.load_suite("builtin/bank")))
     assert not is_lm_policy(Forwarding(OraclePolicy(envace_gym.load_suite("builtin/bank"))))
     assert set(GENERATED_ROLES) < set(ROLES)
+
+
+def test_a_policy_moves_to_a_torch_device_as_accelerate_names_it():
+    import torch
+
+    from envace_gym.agents.lm.device import resolve_device
+
+    assert resolve_device(torch.device("cpu", 0)) == torch.device("cpu", 0)  # accelerate's CPU device
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="must be auto, cpu, cuda or cuda:N"):
+        resolve_device("cpu:0")  # as a setting, only the names listed
+    policy = tiny_policy().to(torch.device("cpu", 0))
+    assert policy.engine.device.type == "cpu"

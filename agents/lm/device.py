@@ -17,6 +17,8 @@ def resolve_device(device: str | torch.device = "auto", what: str = "device") ->
     Raises ``ValueError`` (one line) for a name outside :data:`DEVICE_CHOICES` and for ``cuda`` where
     ``torch.cuda.is_available()`` is false or the index is past the last GPU."""
     if isinstance(device, torch.device):
+        if device.type == "cpu":  # accelerate's device on the CPU is cpu:0 (index 0), which names no setting
+            return device
         name = str(device)
     else:
         name = device.strip().lower()
