@@ -209,16 +209,19 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(path: str, block: str = "rehearsal-table") -> None:
+def write_docs(path: str, block: str = "rehearsal-table") -> str:
     """Rewrite the generated table ``block`` of ``docs/rehearsal.md`` from a results file."""
     report = json.loads(Path(path).read_text())
     s = report["settings"]
     caption = (
-        f"Raw results: `docs/{Path(path).name}` (held-out test episodes of {s['suite']}, seed {s['seed']}; "
+        f"Raw results: `docs/{Path(path).name}` (held-out test episodes of {s['suite']}, tasks from seed "
+        f"{s['seed']}, rehearsal seeds {s.get('rehearsal_seeds', s['seed'])}; "
         f"{report['minutes']} min on {report.get('machine', 'CPU')})."
     )
-    changed = write_block("rehearsal.md", block, f"{table(report['results'])}\n\n{caption}")
+    text = f"{table(report['results'])}\n\n{caption}"
+    changed = write_block("rehearsal.md", block, text)
     print(f"docs/rehearsal.md {'rewritten' if changed else 'unchanged'} from {path}")
+    return text
 
 
 def main() -> None:

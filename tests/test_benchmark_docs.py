@@ -119,3 +119,15 @@ def test_the_rehearsal_table_pools_seeds_and_pairs_each_task_with_budget_0():
     assert "+25.0 (" in bench.table({"p": rows}) and "; 3/1) |" in bench.table({"p": rows})
     old = [{k: v for k, v in r.items() if k not in ("task_ids", "outcomes")} for r in rows]
     assert bench.pooled(old)[1]["delta"] is None  # results kept before outcomes were: no paired column
+
+
+@pytest.mark.parametrize(
+    ("results", "block"),
+    [("rehearsal_2026-12-05.json", "rehearsal-table"), ("rehearsal_draft_2026-12-05.json", "rehearsal-draft-table")],
+)
+def test_the_rehearsal_tables_are_the_scripts_rendering_of_the_kept_json(monkeypatch, results, block):
+    bench = _load("rehearsal_budget")
+    written = {}
+    monkeypatch.setattr(bench, "write_block", lambda page, name, text: written.update({name: text}))
+    text = bench.write_docs(str(ROOT / "docs" / results), block)
+    assert text == written[block] == _block("rehearsal.md", block)
