@@ -22,6 +22,7 @@ import gymnasium as gym
 import torch
 
 import envace_gym  # noqa: F401  (registers the envs)
+import envace_gym.agents.train.envace as trainer_module
 from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.envace import EnvACETrainer
@@ -82,7 +83,8 @@ def main(out: Path) -> None:
     played: list[dict] = []  # this rank's own share of each step's rollouts
     samples: list[list[dict]] = []
     idle = [0] * STEPS
-    rollout, score, build, idle_loss = trainer.rollout, trainer.score, trainer.samples, trainer._idle_loss
+    rollout, score, build = trainer.rollout, trainer.score, trainer.samples
+    idle_loss = trainer_module.idle_loss
 
     def recording_rollout(step: int):
         trajs, groups = rollout(step)
@@ -99,12 +101,12 @@ def main(out: Path) -> None:
         samples.append([{k: getattr(s, k) for k in SAMPLE_FIELDS} for s in made])
         return made
 
-    def counting_idle_loss():
+    def counting_idle_loss(*args):
         idle[len(played) - 1] += 1
-        return idle_loss()
+        return idle_loss(*args)
 
     trainer.rollout, trainer.score, trainer.samples = recording_rollout, scoring, recording_samples
-    trainer._idle_loss = counting_idle_loss
+    trainer_module.idle_loss = counting_idle_loss  # the trainer's pass for a rank with nothing left to train
     records = trainer.train()
     change = sum(float((p.detach() - start[n]).abs().sum()) for n, p in policy.model.named_parameters())
     summary = {

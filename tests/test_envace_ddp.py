@@ -148,7 +148,8 @@ def test_sft_warm_start_averages_two_ranks_batches(tmp_path):
     _launch("ddp_sft_script.py", tmp_path)
     r0, r1 = (json.loads((tmp_path / f"sft-rank{r}.json").read_text()) for r in range(2))
     assert r0["start_hash"] == r1["start_hash"] != r0["final_hash"] == r1["final_hash"]
-    assert r0["summary"] == {**r1["summary"], "seconds": r0["summary"]["seconds"]}
+    untimed = [{k: v for k, v in r["summary"].items() if k != "seconds"} for r in (r0, r1)]
+    assert untimed[0] == untimed[1]  # every figure of the summary but its own timing
     lines = (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == list(range(1, SFT_STEPS + 1))
 

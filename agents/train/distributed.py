@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["full_state_dict", "make_accelerator", "place_model", "uses_fsdp"]
+__all__ = ["full_state_dict", "idle_loss", "make_accelerator", "place_model", "uses_fsdp"]
 
 
 def make_accelerator(model: torch.nn.Module) -> Any:
@@ -85,3 +85,16 @@ def full_state_dict(accelerator: Any, prepared: torch.nn.Module) -> dict[str, to
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(prepared, options=StateDictOptions(full_state_dict=True))
+
+
+def idle_loss(wrapped: torch.nn.Module, pad_id: int, device: torch.device) -> torch.Tensor:
+    """A loss of 0 through every trained weight (one pad token predicting another): the pass a rank with
+    nothing to learn makes so that the ranks' gradient reduction meets (DDP reduces in every rank's backward)."""
+    from .logprobs import token_logprobs
+
+    batch = {
+        "input_ids": torch.tensor([[pad_id, pad_id]], device=device),
+        "attention_mask": torch.ones((1, 2), dtype=torch.long, device=device),
+        "labels": torch.tensor([[-100, pad_id]], device=device),
+    }
+    return token_logprobs(wrapped, batch).sum() * 0.0

@@ -74,8 +74,8 @@ from envace_gym.rehearsal.prompt import is_result_shaped
 
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import EnvACEConfig, config_to_toml, default_lr
-from .distributed import full_state_dict, make_accelerator, place_model, uses_fsdp
-from .logprobs import TokenLogprobs, token_logprobs
+from .distributed import full_state_dict, idle_loss, make_accelerator, place_model, uses_fsdp
+from .logprobs import TokenLogprobs
 from .objective import Sample, build_samples, collate, compute_advantages, grounding_loss, micro_batches, sample_loss
 
 __all__ = ["EnvACETrainer", "train_envace", "CALL_METRICS"]
@@ -401,7 +401,7 @@ class EnvACETrainer:
                 last = i == n_passes - 1
                 with contextlib.nullcontext() if last else self.accelerator.no_sync(self.wrapped):
                     if item is None:
-                        self.accelerator.backward(self._idle_loss())
+                        self.accelerator.backward(idle_loss(self.wrapped, pad, self.device))
                         continue
                     kind, rows = item
                     batch = collate(rows, pad, shared)
@@ -425,7 +425,7 @@ class EnvACETrainer:
                     loss = (weight[role] * parts.pg + kl_coef[role] * parts.kl) / max(n_rl, 1.0)
                     if not torch.isfinite(loss):
                         raise FloatingPointError(f"EnvACE loss became {loss.item()}; lower --lr")
-                    self.accelerator.backward(loss * scale if scale != 1.0 else loss)
+                    self.accelerator.backward(loss * scale)
                     stats["loss"] += loss.item()  # what is minimised: role weights and per-role KL included
                     stats["pg_loss"] += parts.pg.item() / max(n_rl, 1.0)
                     stats["kl"] += parts.kl.item() / max(n_rl, 1.0)
@@ -444,17 +444,6 @@ class EnvACETrainer:
             self.policy.engine.sync_weights(self.policy.model)
         self.wrapped.eval()
         return stats
-
-    def _idle_loss(self) -> torch.Tensor:
-        """A loss of 0 through every trained weight (one pad token predicting another): the pass a rank with
-        no micro-batch left makes so that the ranks' gradient reduction meets."""
-        pad = self.policy.engine.pad_id
-        batch = {
-            "input_ids": torch.tensor([[pad, pad]]),
-            "attention_mask": torch.ones((1, 2), dtype=torch.long),
-            "labels": torch.tensor([[-100, pad]]),
-        }
-        return token_logprobs(self.wrapped, batch).sum() * 0.0
 
     def _refresh_rollout_weights(self) -> None:
         """FSDP: copy the trained (sharded) weights, in full, into the whole copy generation uses."""

@@ -31,7 +31,7 @@ from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.compose import rehearse
 from envace_gym.rehearsal import ImagineRequest, RealResultImaginer
 
-from .distributed import make_accelerator, place_model, uses_fsdp
+from .distributed import idle_loss, make_accelerator, place_model, uses_fsdp
 from .logprobs import TokenLogprobs, token_logprobs
 
 __all__ = ["SFTConfig", "SFTExample", "build_sft_examples", "train_sft"]
@@ -310,7 +310,7 @@ def train_sft(
                 if labelled:
                     loss = actor_token_loss(wrapped, batch)
                 else:  # another process has targets: take part in the step with a loss of 0
-                    loss = token_logprobs(wrapped, batch).sum()
+                    loss = idle_loss(wrapped, pad_id, device)
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"SFT loss became {loss.item()} at step {step + 1}; lower --lr or check the data"
