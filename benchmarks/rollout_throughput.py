@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import json
 import platform
+import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -422,12 +423,6 @@ def write_docs(before_path: str, after_path: str) -> None:
     print(f"docs/benchmarks.md: throughput-before-after {'rewritten' if changed else 'unchanged'}")
 
 
-def _median(values: Sequence[float]) -> float:
-    import statistics
-
-    return statistics.median(values)
-
-
 def repeats_table(repeats: dict[str, Any]) -> str:
     """The Markdown table of ``docs/benchmarks.md`` comparing repeated runs of this script before and after a
     change (``{"before": [<this script's JSON>, ...], "after": [...]}``, run alternately on one machine):
@@ -441,14 +436,14 @@ def repeats_table(repeats: dict[str, Any]) -> str:
     ]
     for n in [row["envs"] for row in before[0]["rows"]]:
         b, a = ([row for run in runs for row in run["rows"] if row["envs"] == n] for runs in (before, after))
-        b_rate, a_rate = _median([r["ours_tok_s"] for r in b]), _median([r["ours_tok_s"] for r in a])
+        b_rate, a_rate = (statistics.median([r["ours_tok_s"] for r in rows]) for rows in (b, a))
         cells = [
             str(n),
             _round(b_rate, "0.1"),
             _round(a_rate, "0.1"),
             _round(a_rate / b_rate, "0.01") + "x",
-            _round(_median([r["ours_vs_raw"] for r in b]), "0.01"),
-            _round(_median([r["ours_vs_raw"] for r in a]), "0.01"),
+            _round(statistics.median([r["ours_vs_raw"] for r in b]), "0.01"),
+            _round(statistics.median([r["ours_vs_raw"] for r in a]), "0.01"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
