@@ -49,7 +49,7 @@ import learning  # noqa: E402  (the learning benchmark's task pool and warm star
 from _docs import write_block  # noqa: E402
 
 #: ``--configs`` default: every use at budgets 1, 2, 4 and adaptive.
-USES = ("memory-parallel", "memory-sequential", "select-agreement", "select-draft", "select-judge")
+USES = ("memory-parallel", "memory-sequential", "select-agreement", "select-draft", "select-outcome", "select-judge")
 DEFAULT_CONFIGS = ",".join(f"{use}:{budget}" for use in USES for budget in (1, 2, 4, "adaptive"))
 
 

@@ -183,6 +183,23 @@ def test_an_lm_policys_draft_is_generated_with_its_own_sampling_and_counted_apar
     assert traj.notes[1]["choice"] == "draft" and traj.notes[1]["votes"] == 3  # all three answer alike
 
 
+def test_outcome_commits_the_plan_whose_rehearsals_reached_an_answer_without_an_imagined_error():
+    # WrongWorld imagines an error for WRONG's account and a balance for RIGHT's: only RIGHT's rehearsal reaches
+    # an answer with no error result. Plans in order: the draft's, rehearsal 1's, 2's, then the policy's own act.
+    traj, calls = run_select([WRONG, WRONG, RIGHT], budget=2, choose="outcome")
+    assert calls == [as_recorded(RIGHT)] and traj.success
+    first = traj.notes[0]
+    assert first["choice"] == "outcome" and first["chosen"] == 2 and first["reached"] == 1 and first["votes"] == 1
+    traj, calls = run_select([WRONG, WRONG, RIGHT, WRONG], budget=2, choose="draft")  # by votes: WRONG, two to one
+    assert calls == [as_recorded(WRONG)]
+    traj, calls = run_select([RIGHT, WRONG, RIGHT, RIGHT], budget=2, choose="outcome")  # the draft's own plan reached
+    assert calls == [as_recorded(RIGHT)] and traj.notes[0]["choice"] == "draft" and traj.notes[0]["chosen"] == 0
+    traj, calls = run_select([WRONG, WRONG, WRONG, WRONG], budget=2, choose="outcome")  # none reached: the draft
+    assert calls == [as_recorded(WRONG)] and traj.notes[0]["choice"] == "draft" and traj.notes[0]["reached"] == 0
+    traj, calls = run_select([MISSPELT, WRONG, RIGHT], budget=2, choose="outcome")  # a draft that fails: no points
+    assert calls == [as_recorded(RIGHT)] and traj.notes[0]["choice"] == "outcome"
+
+
 # ------------------------------------------------------------------------------------------- re-planning
 def test_each_decision_rehearses_from_the_real_state_not_the_imagined_one():
     traj, calls = run_select([], budget=2)

@@ -26,6 +26,7 @@ __all__ = [
     "outcome_line",
     "render_memory",
     "cut_to_tokens",
+    "predicted_error",
     "MEMORY_HEADER",
 ]
 
@@ -48,6 +49,18 @@ class CallOutcome:
         """Refused by the deterministic checks (format, tool name, schema): it fails for real too."""
         return self.error_code in _INVALID
 
+    @property
+    def failed(self) -> bool:
+        """Refused, or answered by an error (the env's shape, or ``{"error": "<text>"}`` as an env role may write
+        it)."""
+        if self.error_code is not None:
+            return True
+        try:
+            value = json.loads(self.result)
+        except (ValueError, TypeError):
+            return False
+        return predicted_error(value) is not None
+
 
 @dataclass
 class RehearsalOutcome:
@@ -63,6 +76,12 @@ class RehearsalOutcome:
         answer = " ".join(self.answer.split()) if self.answer is not None else None
         return tuple((c.name, canonical_json(c.arguments)) for c in self.calls), answer
 
+    @property
+    def reached_answer(self) -> bool:
+        """Ended in a final answer with no call refused or answered by an error, its (imagined) results taken at
+        their word: select mode's ``choose="outcome"`` score of a rehearsal."""
+        return self.ended == "answer" and self.answer is not None and not any(c.failed for c in self.calls)
+
 
 def _error_of(content: str) -> tuple[str | None, str | None]:
     try:
@@ -73,6 +92,18 @@ def _error_of(content: str) -> tuple[str | None, str | None]:
     if isinstance(error, dict) and "code" in error:
         return str(error["code"]), str(error.get("message", ""))
     return None, None
+
+
+def predicted_error(value: Any) -> tuple[str, str] | None:
+    """``(code, message)`` when an imagined result (its parsed JSON) is an error: the env's shape
+    ``{"error": {"code", "message"}}``, or ``{"error": "<text>"}`` (code ``"error"``); else None."""
+    code, message = _error_of(json.dumps(value))
+    if code is not None:
+        return code, message or ""
+    error = value.get("error") if isinstance(value, dict) else None
+    if isinstance(error, str) and error.strip():
+        return "error", error
+    return None
 
 
 def condense(messages: Sequence[dict[str, Any]], start: int, truncated: bool = False) -> RehearsalOutcome:

@@ -41,6 +41,11 @@ its text as generated; the env runs it for real. Which one (``choose``):
   draft's plan stands, the policy then acts as it would (its generation in the rollout's own batch, exactly
   budget 0's move; a draft drafted in a batch of its own can differ from it in a near-tie of a small model's
   logits). The draft's tokens are counted apart (``draft_tokens``);
+* ``"outcome"``: the world model decides, with no verdict asked: each rehearsal scores 1 where it ended in a
+  final answer with no call refused or answered by an error (its imagined results taken at their word), and
+  a first message scores what its rehearsals scored; the draft (drafted as in ``"draft"``) adds half a point
+  to its plan, so it stands on a tie and where no rehearsal reached an answer. Among rehearsed plans that
+  score alike, the one more rehearsals began with, then the earliest;
 * ``"judge"``: the policy's own verdict, asked greedily in one user message (the user's request, the
   candidate rehearsals numbered, each with its calls, imagined results (clipped) and final answer, then
   "Which rehearsal reaches the user's goal? Answer with its number."); the first integer in range picks; an
@@ -93,7 +98,7 @@ REHEARSAL_MODES = ("parallel", "sequential")
 #: What rehearsals are for (``PrivateRehearsal(use=...)``): a memory the actor reads, or plans it selects from.
 REHEARSAL_USES = ("memory", "select")
 #: How select mode picks a rehearsal (``PrivateRehearsal(choose=...)``).
-REHEARSAL_CHOICES = ("agreement", "draft", "judge")
+REHEARSAL_CHOICES = ("agreement", "draft", "judge", "outcome")
 _SUMMARY_PROMPT = (
     "Below are notes from private rehearsals of the user's task (imagined, not real). Summarise in a few "
     "short lines what to do for real: which calls to make with which arguments, which calls were rejected, "
@@ -162,8 +167,9 @@ class PrivateRehearsal:
         seed: base seed of the rehearsals' sampling.
         use: ``"memory"`` (rehearse before the task, the actor reads a memory of it) or ``"select"`` (rehearse
             before every turn and commit the chosen rehearsal's first message; see the module docstring).
-        choose: (select) ``"agreement"``, ``"draft"`` (the policy's own next message is a vote and wins ties)
-            or ``"judge"``.
+        choose: (select) ``"agreement"``, ``"draft"`` (the policy's own next message is a vote and wins ties),
+            ``"outcome"`` (the first message whose rehearsals reached an answer without an error result; the
+            draft wins ties) or ``"judge"``.
         judge: (select) who gives the verdict (anything with ``act(messages, tools, sampling)`` returning a
             generation with ``text`` and ``token_ids``); default: the policy itself when it is an LM policy.
         judge_tokens: (select) the verdict's ``max_new_tokens``.
@@ -275,7 +281,8 @@ class PrivateRehearsal:
             return [None] * len(envs)
         t0 = time.monotonic()
         starts = [len(info["messages"]) for info in infos]
-        drafts = self._drafts(observations, infos) if self.choose == "draft" else [None] * len(envs)
+        drafted = self.choose in ("draft", "outcome")
+        drafts = self._drafts(observations, infos) if drafted else [None] * len(envs)
         played, agreed, user_tokens = self._rehearse(envs, observations, starts, _first_messages_agree)
         choices = [
             self._select(p, n, info["messages"], draft)
@@ -348,6 +355,8 @@ class PrivateRehearsal:
             stats["draft_tokens"] = draft[2]
         if not candidates and (draft is None or draft[1] is None):
             return PolicyChoice(None, {**stats, "choice": "fallback", "chosen": None, "votes": 0})
+        if self.choose == "outcome":
+            return self._by_outcome(candidates, played, start, draft, stats)
         votes = Counter(plan for _, _, plan in candidates)
         if draft is not None and draft[1] is not None:
             votes[draft[1]] += 1
@@ -370,6 +379,33 @@ class PrivateRehearsal:
         index, text, plan = pick if pick is not None else tied[0]
         stats["rehearsal_tokens"] += stats["judge_tokens"]
         return PolicyChoice(text, {**stats, "choice": how, "chosen": index + 1, "votes": votes[plan]})
+
+    def _by_outcome(
+        self,
+        candidates: Sequence[tuple[int, str, tuple]],
+        played: Sequence[Trajectory],
+        start: int,
+        draft: tuple[str, tuple | None, int] | None,
+        stats: dict[str, Any],
+    ) -> PolicyChoice:
+        """(choose="outcome") The first message whose rehearsals most often reached an answer with no error
+        result; the draft's plan gets half a point, so it stands on a tie and where no rehearsal reached one."""
+        reached = {k: _outcome(played[k], start).reached_answer for k, _, _ in candidates}
+        score: Counter = Counter({plan: 0.0 for _, _, plan in candidates})
+        for k, _, plan in candidates:
+            score[plan] += reached[k]
+        votes = Counter(plan for _, _, plan in candidates)
+        plan_of_draft = draft[1] if draft is not None else None
+        if plan_of_draft is not None:
+            score[plan_of_draft] += 0.5
+            votes[plan_of_draft] += 1
+        stats["reached"] = sum(reached.values())
+        best = max(score.values())
+        if plan_of_draft is not None and score[plan_of_draft] == best:  # as in "draft": the policy acts itself
+            return PolicyChoice(None, {**stats, "choice": "draft", "chosen": 0, "votes": votes[plan_of_draft]})
+        # Among plans as good, the one more rehearsals began with, then the earliest.
+        index, text, plan = max((c for c in candidates if score[c[2]] == best), key=lambda c: (votes[c[2]], -c[0]))
+        return PolicyChoice(text, {**stats, "choice": "outcome", "chosen": index + 1, "votes": votes[plan]})
 
     def _drafts(
         self, observations: Sequence[Any], infos: Sequence[dict[str, Any]]

@@ -43,7 +43,6 @@ verifies every call.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -57,7 +56,7 @@ from envace_gym.rehearsal import ImaginedBackend, Imaginer, ImagineRequest
 from envace_gym.rehearsal.halfstep import answer_requests
 from envace_gym.rehearsal.prompt import parse_execution_result
 
-from .memory import _error_of
+from .memory import predicted_error
 
 if TYPE_CHECKING:
     from envace_gym.agents.lm.protocols import LMPolicyLike
@@ -88,18 +87,6 @@ def is_read_only(name: str, schema: dict[str, Any] | None = None) -> bool:
     if hint is not None:
         return hint
     return name.rsplit(".", 1)[-1].lower().startswith(READ_ONLY_PREFIXES)
-
-
-def predicted_error(value: Any) -> tuple[str, str] | None:
-    """``(code, message)`` when an imagined result (its parsed JSON) is an error: the env's shape
-    ``{"error": {"code", "message"}}``, or ``{"error": "<text>"}`` (code ``"error"``); else None."""
-    code, message = _error_of(json.dumps(value))
-    if code is not None:
-        return code, message or ""
-    error = value.get("error") if isinstance(value, dict) else None
-    if isinstance(error, str) and error.strip():
-        return "error", error
-    return None
 
 
 def _no_real_backend(task: Task) -> Any:

@@ -74,8 +74,9 @@ class EvalArgs:
         default="agreement",
         metadata={
             "help": "(select) agreement (the most frequent first message; a tie goes to the policy's verdict) | "
-            "draft (the policy's own next message is a vote and wins ties) | judge (the policy's own verdict "
-            "among the rehearsals)"
+            "draft (the policy's own next message is a vote and wins ties) | outcome (the first message whose "
+            "rehearsals reached an answer with no error result; the draft wins ties) | judge (the policy's own "
+            "verdict among the rehearsals)"
         },
     )
     plot: bool = field(
