@@ -213,8 +213,10 @@ def write_docs(path: str, block: str = "rehearsal-table") -> str:
     """Rewrite the generated table ``block`` of ``docs/rehearsal.md`` from a results file."""
     report = json.loads(Path(path).read_text())
     s = report["settings"]
+    split = s.get("split", "test")
+    episodes = "held-out test episodes" if split == "test" else f"{split}-split episodes"
     caption = (
-        f"Raw results: `docs/{Path(path).name}` (held-out test episodes of {s['suite']}, tasks from seed "
+        f"Raw results: `docs/{Path(path).name}` ({episodes} of {s['suite']}, tasks from seed "
         f"{s['seed']}, rehearsal seeds {s.get('rehearsal_seeds', s['seed'])}; "
         f"{report['minutes']} min on {report.get('machine', 'CPU')})."
     )

@@ -123,7 +123,11 @@ def test_the_rehearsal_table_pools_seeds_and_pairs_each_task_with_budget_0():
 
 @pytest.mark.parametrize(
     ("results", "block"),
-    [("rehearsal_2026-12-05.json", "rehearsal-table"), ("rehearsal_draft_2026-12-05.json", "rehearsal-draft-table")],
+    [
+        ("rehearsal_2026-12-05.json", "rehearsal-table"),
+        ("rehearsal_draft_2026-12-05.json", "rehearsal-draft-table"),
+        ("rehearsal_train_2026-12-05.json", "rehearsal-train-table"),
+    ],
 )
 def test_the_rehearsal_tables_are_the_scripts_rendering_of_the_kept_json(monkeypatch, results, block):
     bench = _load("rehearsal_budget")
@@ -131,3 +135,26 @@ def test_the_rehearsal_tables_are_the_scripts_rendering_of_the_kept_json(monkeyp
     monkeypatch.setattr(bench, "write_block", lambda page, name, text: written.update({name: text}))
     text = bench.write_docs(str(ROOT / "docs" / results), block)
     assert text == written[block] == _block("rehearsal.md", block)
+
+
+def test_the_error_foresight_table_is_the_scripts_rendering_of_the_kept_json(monkeypatch):
+    bench = _load("error_foresight")
+    written = {}
+    monkeypatch.setattr(bench, "write_block", lambda page, name, text: written.update({name: text}))
+    path = ROOT / "docs" / "error_foresight_2026-12-05.json"
+    monkeypatch.setattr(sys, "argv", ["error_foresight.py", "--write-docs", str(path)])
+    bench.main()
+    assert written["error-foresight-table"].rstrip("\n") == _block("rehearsal.md", "error-foresight-table")
+
+
+def test_error_foresight_probes_pair_each_reference_call_with_one_that_fails_for_real():
+    import envace_gym
+
+    bench = _load("error_foresight")
+    tasks = [t for t in envace_gym.load_suite("builtin/bank") if t.split == "train"][:40]
+    items = bench.probes(tasks)
+    assert items and len(items) % 2 == 0
+    for (task, right, right_wrong), (same, wrong, wrong_wrong) in zip(items[::2], items[1::2], strict=True):
+        assert same is task and (right_wrong, wrong_wrong) == (False, True) and right.name == wrong.name
+        assert wrong.arguments["account_id"] not in json.dumps(task.initial_state)
+        assert bench.real_fails(task, wrong) and not bench.real_fails(task, right)
