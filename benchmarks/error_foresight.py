@@ -133,7 +133,8 @@ def table(results: dict[str, Any]) -> str:
     lines += [
         "",
         f"Raw results: `{results['path']}` ({s['tasks']} {s['split']} tasks of {s['suite']}, two calls each; greedy "
-        f"env role, no reference examples; {results['minutes']:.1f} min on {results.get('machine', s['device'])}, {results['date']}).",
+        f"env role, no reference examples; {results['minutes']:.1f} min on {results.get('machine', s['device'])}, "
+        f"{results['date']}).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -154,7 +155,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.write_docs:
         results = json.loads(Path(args.write_docs).read_text())
-        write_block("rehearsal.md", "error-foresight-table", table({**results, "path": f"docs/{Path(args.write_docs).name}"}))
+        kept = {**results, "path": f"docs/{Path(args.write_docs).name}"}
+        write_block("rehearsal.md", "error-foresight-table", table(kept))
         return
     if not args.policy:
         raise SystemExit("error_foresight: give at least one --policy NAME=SPEC")

@@ -188,17 +188,26 @@ def paired_delta(base: dict[str, Any], group: list[dict[str, Any]]) -> dict[str,
 
 
 def table(results: dict[str, list[dict[str, Any]]]) -> str:
+    """The markdown table of ``results`` (policy -> rows). A configuration is paired with its policy's budget 0;
+    a later policy's budget 0 with the first policy's (the same tasks: two models compared task by task)."""
+    first = next(iter(results.values()), [])
+    reference = next((r for r in first if r["budget"] == 0 and "outcomes" in r), None)
     lines = [
         "| policy | use | budget | seeds | episodes | success (95% CI) | vs budget 0, paired (95% CI; won/lost) "
         "| real calls/ep | rehearsals/ep | rehearsal tokens/ep | s/ep |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, rows in results.items():
+    for k, (name, rows) in enumerate(results.items()):
         for r in pooled(rows):
             lo, hi = r["success_ci"]
-            d = r["delta"]
+            d, against = r["delta"], ""
+            if k and r["budget"] == 0 and reference is not None:
+                zero = next(x for x in rows if x["budget"] == 0)
+                if "outcomes" in zero and set(zero["task_ids"]) == set(reference["task_ids"]):
+                    d, against = paired_delta(reference, [zero]), f" vs {next(iter(results))}"
             vs = "-" if d is None else (
-                f"{100 * d['mean']:+.1f} ({100 * d['ci'][0]:+.1f} to {100 * d['ci'][1]:+.1f}; {d['won']}/{d['lost']})"
+                f"{100 * d['mean']:+.1f} ({100 * d['ci'][0]:+.1f} to {100 * d['ci'][1]:+.1f}; "
+                f"{d['won']}/{d['lost']}){against}"
             )  # fmt: skip
             lines.append(
                 f"| {name} | {r['use'] if r['budget'] != 0 else '-'} | {r['budget']} | {r['seeds']} | "

@@ -119,6 +119,12 @@ def test_the_rehearsal_table_pools_seeds_and_pairs_each_task_with_budget_0():
     assert "+25.0 (" in bench.table({"p": rows}) and "; 3/1) |" in bench.table({"p": rows})
     old = [{k: v for k, v in r.items() if k not in ("task_ids", "outcomes")} for r in rows]
     assert bench.pooled(old)[1]["delta"] is None  # results kept before outcomes were: no paired column
+    # A later policy's budget 0 is paired with the first policy's, task by task: a -1, b c d 0 -> -0.25, 0/1.
+    two = bench.table({"p": rows, "q": [row("none", 0, None, [0, 0, 0, 1]), row("select-draft", 2, 0, [1, 0, 0, 0])]})
+    q_base, q_select = two.splitlines()[4:6]
+    assert q_base.startswith("| q | - | 0 |") and "-25.0 (" in q_base and "; 0/1) vs p |" in q_base
+    assert "+0.0 (" in q_select and "; 1/1) |" in q_select  # its rehearsal row: against its own budget 0
+    assert "vs p" not in two.splitlines()[2]  # the first policy's own budget 0 is the reference
 
 
 @pytest.mark.parametrize(
@@ -127,6 +133,7 @@ def test_the_rehearsal_table_pools_seeds_and_pairs_each_task_with_budget_0():
         ("rehearsal_2026-12-05.json", "rehearsal-table"),
         ("rehearsal_draft_2026-12-05.json", "rehearsal-draft-table"),
         ("rehearsal_train_2026-12-05.json", "rehearsal-train-table"),
+        ("rehearsal_arm_2026-12-05.json", "rehearsal-arm-table"),
     ],
 )
 def test_the_rehearsal_tables_are_the_scripts_rendering_of_the_kept_json(monkeypatch, results, block):
