@@ -134,6 +134,7 @@ def test_the_rehearsal_table_pools_seeds_and_pairs_each_task_with_budget_0():
         ("rehearsal_draft_2026-12-05.json", "rehearsal-draft-table"),
         ("rehearsal_train_2026-12-05.json", "rehearsal-train-table"),
         ("rehearsal_arm_2026-12-05.json", "rehearsal-arm-table"),
+        ("rehearsal_arm_train_2026-12-05.json", "rehearsal-arm-train-table"),
     ],
 )
 def test_the_rehearsal_tables_are_the_scripts_rendering_of_the_kept_json(monkeypatch, results, block):
