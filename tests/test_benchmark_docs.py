@@ -78,10 +78,11 @@ def test_the_learning_table_is_the_scripts_rendering_of_the_kept_json(monkeypatc
     learning = _load("learning")
     written = {}
     monkeypatch.setattr(sys.modules["_docs"], "write_block", lambda page, name, text: written.update({name: text}))
-    paths = [str(ROOT / "docs" / f"learning_cpu_2026-12-0{d}.json") for d in (4, 5)]
-    table = learning.write_docs(paths)  # an arm in both files: from the later one
+    names = ["learning_cpu_2026-12-04.json", "learning_cpu_2026-12-05.json", "learning_cpu_rehearsal_2026-12-05.json"]
+    table = learning.write_docs([str(ROOT / "docs" / name) for name in names])  # an arm in two files: the later
     assert table == written["learning-cpu"] == _block("learning.md", "learning-cpu")
-    assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| untrained", "| envace-log", "| grpo-real"]
+    arms = [line.split(" | ")[0] for line in table.splitlines()[2:]]
+    assert arms == ["| untrained", "| envace-log", "| envace-log-rehearsal", "| grpo-real"]
 
 
 def test_the_env_step_block_is_in_the_scripts_format():
