@@ -340,9 +340,9 @@ class PrivateRehearsal:
         draft: tuple[str, tuple | None, int] | None = None,
     ) -> PolicyChoice:
         """The first message to commit among ``played`` (rehearsals from ``messages``, of which ``start``) and how
-        it was chosen; with ``choose="draft"`` or ``"outcome"``, ``draft`` is the policy's own message ``(text, plan or None
-        where it is no candidate, tokens)``. No action (the policy acts itself) where nothing is a candidate or
-        the draft's plan stands."""
+        it was chosen; with ``choose="draft"`` or ``"outcome"``, ``draft`` is the policy's own message ``(text,
+        plan or None where it is no candidate, tokens)``. No action (the policy acts itself) where nothing is a
+        candidate or the draft's plan stands."""
         candidates = _candidates(played, start)
         stats: dict[str, Any] = {
             "use": "select",
@@ -410,9 +410,10 @@ class PrivateRehearsal:
     def _drafts(
         self, observations: Sequence[Any], infos: Sequence[dict[str, Any]]
     ) -> list[tuple[str, tuple | None, int]]:
-        """(choose="draft" or "outcome") The policy's own next message in each env, as it would act now: its text, its plan
-        (None where it is no candidate) and the tokens it took. An LM policy drafts all envs in one batched
-        call with its own sampling; a text policy drafts through a copy (its episode state stays as it is)."""
+        """(choose="draft" or "outcome") The policy's own next message in each env, as it would act now: its
+        text, its plan (None where it is no candidate) and the tokens it took. An LM policy drafts all envs in one
+        batched call with its own sampling; a text policy drafts through a copy (its episode state stays as it
+        is)."""
         if self._is_lm:
             gens = self.policy.act_batch([(info["messages"], info["tools"]) for info in infos], self.policy.sampling)
             texts, tokens = [g.text for g in gens], [len(g.token_ids) for g in gens]
