@@ -4,7 +4,8 @@ checkpoint write, then resumed.
 Not a test module. Usage: ``kill_train_script.py MODE OUT_DIR`` with MODE ``run`` (train 3 steps),
 ``stall`` (train, but stall inside the write of checkpoint 2, after the weights and optimizer files are on
 disk, printing ``stalled`` so that the parent can kill it there) or ``resume`` (resume and finish). Each
-run that finishes writes ``OUT_DIR/final.json``: its weights hash.
+run that finishes writes ``OUT_DIR/final.json`` (its weights hash and steps done) and
+``OUT_DIR/final.safetensors`` (its weights).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import gymnasium as gym
+from safetensors.torch import save_file
 
 import envace_gym  # noqa: F401  (registers the envs)
 from envace_gym.agents.lm.policy import tiny_policy
@@ -60,8 +62,10 @@ def main(mode: str, out: Path) -> None:
                             progress=False)  # fmt: skip
     trainer.train()
     digest = hashlib.sha256()
-    for name, p in trainer.model.named_parameters():
-        digest.update(name.encode() + p.detach().float().cpu().numpy().tobytes())
+    weights = {name: p.detach().float().cpu().contiguous() for name, p in trainer.model.named_parameters()}
+    for name, tensor in weights.items():
+        digest.update(name.encode() + tensor.numpy().tobytes())
+    save_file(weights, str(out / "final.safetensors"))  # for a comparison within float tolerance
     (out / "final.json").write_text(json.dumps({"weights": digest.hexdigest(), "step_done": trainer.step_done}))
 
 

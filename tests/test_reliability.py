@@ -8,6 +8,7 @@ import sys
 
 import gymnasium as gym
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -416,10 +417,25 @@ def test_a_run_killed_during_a_checkpoint_write_resumes_to_the_uninterrupted_res
             for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
         ]
 
-    assert json.loads((tmp_path / "killed" / "final.json").read_text()) == json.loads(
-        (tmp_path / "whole" / "final.json").read_text()
-    )
-    assert metrics(tmp_path / "killed") == metrics(tmp_path / "whole") and len(metrics(tmp_path / "whole")) == 3
+    # Equal to float tolerance, not bit for bit: a float sum in another order (threads under load) moves the
+    # last bits, while a resume that lost state (an RNG, the optimizer, a step) samples other episodes and
+    # moves weights by about lr = 1e-3 and the metrics far more.
+    killed, whole = metrics(tmp_path / "killed"), metrics(tmp_path / "whole")
+    assert len(whole) == 3 and [sorted(r) for r in killed] == [sorted(r) for r in whole]
+    for a, b in zip(killed, whole, strict=True):
+        for key in b:  # floats to tolerance; counts, steps and missing values (None) exactly
+            if isinstance(b[key], float) and isinstance(a[key], float):
+                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6, nan_ok=True), (key, a, b)
+            else:
+                assert a[key] == b[key], (key, a, b)
+    from safetensors.torch import load_file
+
+    resumed, uninterrupted = (load_file(str(tmp_path / d / "final.safetensors")) for d in ("killed", "whole"))
+    assert resumed.keys() == uninterrupted.keys()
+    for name in uninterrupted:
+        torch.testing.assert_close(resumed[name], uninterrupted[name], rtol=0, atol=1e-5, msg=name)
+    steps = [json.loads((tmp_path / d / "final.json").read_text())["step_done"] for d in ("killed", "whole")]
+    assert steps == [3, 3]
     assert not any(p.name.startswith(".ckpt") for p in (tmp_path / "killed").iterdir())  # the torn save was cleaned
 
 
