@@ -163,7 +163,7 @@ def main() -> None:
     tasks = [t for t in learning.task_pool(args) if t.split == args.split]
     items = probes(tasks)[: 2 * args.tasks]
     truth = [real_fails(task, call) for task, call, _ in items]
-    if [t for t in truth] != [wrong for _, _, wrong in items]:
+    if truth != [wrong for _, _, wrong in items]:
         odd = [task.id for (task, _, wrong), t in zip(items, truth, strict=True) if t != wrong]
         print(f"note: {len(odd)} probes did not fail or succeed as built (truth is the real backend's): {odd[:5]}")
     t0 = time.monotonic()
