@@ -183,7 +183,8 @@ def test_eval_report_counts_what_the_verifier_did():
     report = EvalReport.from_trajectories([traj])
     (row,) = report.per_episode()
     assert row["verifier_fired"] == 1 and row["verifier_predicted"] == 1 and row["verifier_tokens"] > 0
-    assert row["rehearsals"] == 0 and row["rehearsal_seconds"] == 0  # not counted as rehearsal
+    assert row["rehearsals"] == 0  # not counted as rehearsal: the verifier's notes keep their time apart
+    assert all("seconds" not in note and "verifier_seconds" in note for note in traj.notes)
     verifier = report.summary()["verified_calls"]
     assert verifier["fired_per_episode"] == 1 and verifier["episodes_fired"] == 1
     assert verifier["success_rate_fired"] == 0  # state right, but the scripted answer "Done." names no amount
