@@ -26,7 +26,6 @@ import json
 import re
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +94,7 @@ def request_for(task, call: ToolCall, imaginer) -> ImagineRequest:
 
 
 def measure(name: str, spec: str, items, truth: list[bool], args) -> dict[str, Any]:
-    policy = learning.load(spec, args, args.seed)
-    policy.sampling = replace(policy.sampling, temperature=0.0)
+    policy = learning.load(spec, args, args.seed)  # greedy, as the learning benchmark loads every policy
     t0 = time.monotonic()
     requests = [request_for(task, call, policy) for task, call, _ in items]
     answers = []

@@ -25,9 +25,8 @@ class Engine(Protocol):
     stop_token_ids: list[int]  # tokens that end a turn
     pad_id: int
     bf16: bool  # forward passes under bfloat16 autocast
-    stats: dict[
-        str, int
-    ]  # token counters: prompt_tokens, reused_tokens, repacked_tokens, generated_tokens, prefix_tokens
+    # Token counters: prompt_tokens, reused_tokens, repacked_tokens, generated_tokens, prefix_tokens.
+    stats: dict[str, int]
 
     def generate(
         self,
