@@ -2,7 +2,8 @@
 
 Each domain module defines a :class:`~envace_gym.backends.Toolkit`, ``make_backend(**kwargs)`` and
 ``generate(split, count) -> list[Task]``. Suites are generated from fixed seeds, so every process sees the
-same tasks; the test split uses held-out entities and phrasings.
+same tasks; ``val`` and ``test-id`` are fresh instances of the train split's phrasings and pools, ``test``
+uses held-out entities and phrasings (``_common``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,13 @@ from functools import cache, partial
 from envace_gym.suites import SuiteInfo
 from envace_gym.tasks import TaskSuite
 
+from ._common import HELD_IN
+
 DOMAINS = ("bank", "files", "retail", "travel")
-SPLIT_SIZES = {"train": 600, "test": 150}  # per domain: 2,400 train and 600 test tasks in the mix
+#: Tasks per domain and split (_common.SPLITS). val and test-id are in-distribution held-out tasks: the learning
+#: benchmark's task pool (tasks of at most two calls, about 64% of bank's) needs >= 96 distinct test-id tasks
+#: per seed for 3 seeds, and a val pool to choose settings on.
+SPLIT_SIZES = {"train": 600, "val": 200, "test-id": 480, "test": 150}
 
 
 @cache
@@ -23,7 +29,11 @@ def load_domain(domain: str) -> TaskSuite:
     if domain not in DOMAINS:
         raise KeyError(f"unknown builtin domain {domain!r}; choose from {', '.join(DOMAINS)}")
     module = importlib.import_module(f"envace_gym.envs.builtin.{domain}")
-    tasks = [t for split, n in SPLIT_SIZES.items() for t in module.generate(split, n)]
+    tasks: list = []
+    for split, n in SPLIT_SIZES.items():
+        # a held-in split (val, test-id) avoids train's texts and world ids, and test-id val's too
+        exclude = [t for t in tasks if t.split != "test"] if split in HELD_IN else ()
+        tasks += module.generate(split, n, exclude)
     return TaskSuite(tasks, name=f"builtin/{domain}")
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from envace_gym.backends import PythonBackend, Toolkit, tool
 from envace_gym.tasks import Task
 
-from ._common import FIRST_NAMES, LAST_NAMES, ReferenceRecorder, generate_tasks, pick_template
+from ._common import FIRST_NAMES, LAST_NAMES, ReferenceRecorder, generate_tasks, pick_template, taken_ids
 
 DOMAIN = "bank"
 BACKEND = f"builtin/{DOMAIN}"
@@ -132,10 +133,11 @@ def _world(rng: random.Random, split: str, people: int = 3) -> tuple[dict[str, A
             names.append(name)
     accounts: dict[str, Any] = {}
     used_ids: set[int] = set()
+    taken = taken_ids()  # a held-in split's generation: the ids train (and val) already use
     for name in names:
         currency = rng.choice(["EUR", "EUR", "USD", "GBP"])
         for kind in ("checking", "savings"):
-            while (num := rng.randint(1000, 9999)) in used_ids:
+            while (num := rng.randint(1000, 9999)) in used_ids or f"A-{num}" in taken:
                 pass
             used_ids.add(num)
             accounts[f"A-{num}"] = {
@@ -343,7 +345,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     )
 
 
-def generate(split: str, count: int) -> list[Task]:
+def generate(split: str, count: int, exclude: Sequence[Task] = ()) -> list[Task]:
     """``count`` deterministic tasks of ``split`` ("train" or "test")."""
     kinds, weights = zip(*_KINDS, strict=True)
-    return generate_tasks(DOMAIN, split, count, kinds, weights, _make)
+    return generate_tasks(DOMAIN, split, count, kinds, weights, _make, exclude)

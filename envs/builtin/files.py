@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from envace_gym.backends import PythonBackend, Toolkit, tool
@@ -682,6 +683,6 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     )
 
 
-def generate(split: str, count: int) -> list[Task]:
+def generate(split: str, count: int, exclude: Sequence[Task] = ()) -> list[Task]:
     """``count`` deterministic tasks of ``split`` ("train" or "test"); task ``i`` does not depend on ``count``."""
-    return generate_tasks(DOMAIN, split, count, [k for k, _, _ in _KINDS], [w for _, _, w in _KINDS], _make)
+    return generate_tasks(DOMAIN, split, count, [k for k, _, _ in _KINDS], [w for _, _, w in _KINDS], _make, exclude)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from envace_gym.backends import PythonBackend, Toolkit, tool
 from envace_gym.tasks import Task
 
-from ._common import FIRST_NAMES, LAST_NAMES, ReferenceRecorder, generate_tasks, pick_template
+from ._common import FIRST_NAMES, LAST_NAMES, ReferenceRecorder, generate_tasks, pick_template, taken_ids
 
 DOMAIN = "retail"
 BACKEND = f"builtin/{DOMAIN}"
@@ -244,7 +245,8 @@ def _money(x: float) -> str:
 
 # ------------------------------------------------------------------------------ task generation
 def _unique_id(rng: random.Random, prefix: str, lo: int, hi: int, used: set[str]) -> str:
-    while (ident := f"{prefix}-{rng.randint(lo, hi)}") in used:
+    taken = taken_ids()  # a held-in split's generation: the ids train (and val) already use
+    while (ident := f"{prefix}-{rng.randint(lo, hi)}") in used or ident in taken:
         pass
     used.add(ident)
     return ident
@@ -619,6 +621,6 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     )
 
 
-def generate(split: str, count: int) -> list[Task]:
+def generate(split: str, count: int, exclude: Sequence[Task] = ()) -> list[Task]:
     """``count`` deterministic tasks of ``split`` ("train" or "test")."""
-    return generate_tasks(DOMAIN, split, count, [k for k, _, _ in _KINDS], [w for _, _, w in _KINDS], _make)
+    return generate_tasks(DOMAIN, split, count, [k for k, _, _ in _KINDS], [w for _, _, w in _KINDS], _make, exclude)

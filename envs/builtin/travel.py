@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -881,7 +881,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
     )
 
 
-def generate(split: str, count: int) -> list[Task]:
+def generate(split: str, count: int, exclude: Sequence[Task] = ()) -> list[Task]:
     """``count`` deterministic tasks of ``split`` ("train" or "test"), each with its own small world."""
     kinds, weights = zip(*_KINDS, strict=True)
-    return generate_tasks(DOMAIN, split, count, kinds, weights, _make)
+    return generate_tasks(DOMAIN, split, count, kinds, weights, _make, exclude)
