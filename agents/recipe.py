@@ -48,8 +48,13 @@ def imagination_config(**overrides: Any) -> EnvACEConfig:
     return EnvACEConfig(**{**base, **overrides})
 
 
-def load_warm_adapter(policy: LMPolicy, path: str | Path = WARM_ADAPTER) -> LMPolicy:
-    """Merge the LoRA warm-start adapter at ``path`` into ``policy``'s model (in place); returns the policy."""
+def load_warm_adapter(policy: LMPolicy, path: str | Path = WARM_ADAPTER, scale: float = 1.0) -> LMPolicy:
+    """Merge the LoRA warm-start adapter at ``path`` into ``policy``'s model (in place); returns the policy.
+
+    ``scale`` multiplies the adapter's update before it is merged (peft's ``scale_layer``): 1.0 is the adapter
+    as trained; below 1 a weaker warm start, between the base model (0) and the adapter."""
+    if not 0.0 <= scale:
+        raise ValueError(f"the adapter's merge scale must be >= 0; got {scale}")
     path = Path(path)
     if not (path / "adapter_model.safetensors").is_file():
         raise FileNotFoundError(f"{path}: no warm-start adapter (adapter_model.safetensors): make warm-adapter")
@@ -57,7 +62,13 @@ def load_warm_adapter(policy: LMPolicy, path: str | Path = WARM_ADAPTER) -> LMPo
         from peft import PeftModel
     except ImportError:
         raise RuntimeError("the warm-start adapter needs the peft package: .venv/bin/pip install peft") from None
-    policy.model = PeftModel.from_pretrained(policy.model, str(path)).merge_and_unload().eval()
+    from peft.tuners.lora import LoraLayer
+
+    model = PeftModel.from_pretrained(policy.model, str(path))
+    for module in model.modules():
+        if isinstance(module, LoraLayer):
+            module.scale_layer(scale)
+    policy.model = model.merge_and_unload().eval()
     for p in policy.model.parameters():  # peft froze the base weights; the merged model trains as a whole
         p.requires_grad_(True)
     policy.engine.model = policy.model

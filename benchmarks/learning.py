@@ -1,46 +1,48 @@
-"""Learning benchmark: does training under imagination help, against the real backend, on held-out test tasks?
+"""Learning benchmark: does an arm beat its warm start on held-out tasks, played on the real backend?
 
-Every arm starts from the same warm-started checkpoint (``envace sft --roles actor,env_role``: the
-embedded model earns no reward zero-shot) and gets the same budget of steps and episodes:
+Every arm starts from the same warm start and gets the same steps, tasks and group size:
 
 * ``untrained``: the warm start itself;
-* ``envace-self``: EnvACE world rehearsal as the paper does it (the policy imagines every tool result, both
-  roles trained by the task reward);
-* ``envace-log``: the same, with the env role grounded on a **tool log** written from the train split's
-  reference trajectories (a supervised target where the log has the call): no live tool call;
-* ``envace-log-fidelity``: ``envace-log`` with the env role rewarded by its fidelity to the logged result;
-* ``envace-log-rehearsal``: ``envace-log`` with half of each step's task groups played with a private-rehearsal
-  memory in context (two imagined rehearsals per episode; rehearsal-aware training, docs/training.md); it is
-  measured as every arm is, without rehearsal at test time;
-* ``envace-frozen-env``: ``envace-self`` with the env role's samples masked out (the masked-role ablation);
-* ``grpo-real``: plain GRPO on the real backends (the upper reference: every call is live);
-* ``grpo-simulator``: GRPO with a frozen copy of the warm start answering the calls (the paper's baseline);
-* ``grounded-0.25``: EnvACE with a shadow real backend that executes every call (live grounding) and a
-  quarter of the env-role answers supervised toward the real result.
+* ``grpo-real``: plain GRPO on the real tools (every call live): the gain imagination is measured against;
+* ``envace-ref``: EnvACE world rehearsal (the policy imagines every tool result in its env role, both roles
+  trained by the task reward), its env role shown the same task's reference results as few-shot examples
+  (the paper's grounding); each real result shown counts as a logged result;
+* ``envace-log``: the same, its examples drawn from a tool log of *other* train tasks' results, never the
+  task's own;
+* ``envace-blind``: the same with no real result anywhere in the env role's prompt;
+* older arms, kept for ``--arms``: ``envace-ref-targets`` (envace-ref plus the task's own logged results as
+  supervised env-role targets: what ``envace-log`` meant before 2026-12-06), ``envace-ref-rehearsal``
+  (half the task groups trained with a rehearsal memory), ``envace-frozen-env`` (the env role's samples
+  masked), ``grpo-simulator`` (a frozen copy of the start imagines), ``grounded-0.25`` (a shadow real
+  backend executes every call).
 
-For each arm it reports success on test tasks played **on the real backend** (greedy) with a 95% Wilson
-interval pooled over seeds; what training cost in **live tool calls** (and logged results used, and the
-diagnostic and reward-check calls, counted apart); for imagined arms the sim-to-real diagnostic (each
-imagined training episode's actions replayed on a fresh real backend: agreement of imagined and real
-success, real reward); the env role's fidelity on held-out calls before and after training, with and
-without reference examples; the share of actor turns that hold a tool result instead of a call or an
-answer; tokens and time. It prints a table, writes ``results.json``, ``table.md`` and ``learning.png``
-under ``--out``; each (arm, seed) run keeps its own ``result.json``, so ``--resume`` skips finished runs, and
-an arm cut short goes on from its newest checkpoint (one every ``SAVE_EVERY`` = 5 steps).
+**Splits and statistics.** Settings are chosen on ``val`` (``--eval-split val``); final figures read
+``test-id`` (the train split's phrasings, fresh tasks) once, and ``test`` (held-out phrasings) as the
+generalisation figure. Seed ``k`` of every arm is evaluated greedily on its own slice ``k`` of the split's
+pool (``--eval-episodes`` distinct tasks, disjoint between seeds), the start on the same slices, so the
+primary figure is the **paired per-task difference from the start** with a bootstrap 95% interval over
+tasks, pooled over seeds. Beside it: per-seed success with a t interval over seeds, and the pooled Wilson
+interval. On ``test`` every seed plays the same ``--test-episodes`` tasks (the pool is small); the paired
+difference averages each task over seeds.
 
-    python benchmarks/learning.py                       # the default setting
-    python benchmarks/learning.py --jobs 9 --device cuda  # the same setting, runs in parallel on one GPU
-    python benchmarks/learning.py --arms untrained,grpo-real --steps 4 --seeds 0   # a subset
+**Raw results.** Each (arm, seed) run writes ``OUT/<arm>-seed<k>/result.json``: every training step's record
+(rewards, ``trained_rows``, ``groups_with_spread``, ``rollout_s``, ``update_s``, live / logged / diagnostic /
+verifier calls...) and every evaluation episode's outcome by task id. ``results.json`` aggregates them;
+``table.md`` and ``learning.png`` are written from it, and ``--write-docs RESULTS.json`` renders the docs'
+tables from a kept one. ``--resume`` keeps finished runs (and continues a full-weight arm from its newest
+checkpoint; a LoRA arm cut short starts over).
 
-Nothing here is tuned on the test split: the domain, horizon and budget were chosen from the warm start's
-success on *train* tasks, and the imagination-only candidate (``envace-log``) was named before any test
-figure of it existed (see docs).
+    python benchmarks/learning.py                                        # the default run
+    python benchmarks/learning.py --eval-split val --arms untrained,grpo-real --seeds 0   # go/no-go on val
+    python benchmarks/learning.py --full --device cuda --jobs 8          # the GPU setting
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import random
 import subprocess
 import sys
 import time
@@ -51,11 +53,10 @@ import gymnasium as gym
 
 import envace_gym  # noqa: F401  (registers the envs)
 from envace_gym.agents import recipe
-from envace_gym.agents.eval.evaluate import evaluate
-from envace_gym.agents.eval.fidelity import fidelity_report
-from envace_gym.agents.eval.stats import mean_interval, wilson_interval
+from envace_gym.agents.eval.stats import paired_bootstrap, t_interval, wilson_interval
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
+from envace_gym.agents.rollout.loop import collect
 from envace_gym.agents.train.checkpoint import latest_checkpoint
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.envace import EnvACETrainer
@@ -63,77 +64,68 @@ from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
 from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal.prompt import is_result_shaped
 
+_REF_TARGETS = {"backend": "self", "tool_log": "reference"}  # the earlier setting's imagination recipe
 ARMS: dict[str, dict[str, Any] | None] = {
     "untrained": None,
-    "envace-self": {"backend": "self"},
-    "envace-log": {"backend": "self", "tool_log": "reference"},  # the recipe of agents/recipe.py
-    "envace-log-fidelity": {"backend": "self", "tool_log": "reference", "env_role_reward": "fidelity"},
-    "envace-log-rehearsal": {
-        "backend": "self",
-        "tool_log": "reference",
-        "rehearsal_fraction": 0.5,
-        "rehearsal_budget": 2,
-    },
-    "envace-frozen-env": {"backend": "self", "train_env_role": False},
     "grpo-real": {"backend": "real"},
+    "envace-ref": {"backend": "self", "grounding": "reference"},
+    "envace-log": {"backend": "self", "grounding": "log", "tool_log": "reference", "log_targets": False},
+    "envace-blind": {"backend": "self", "grounding": "none"},
+    "envace-ref-targets": _REF_TARGETS,
+    "envace-ref-rehearsal": {**_REF_TARGETS, "rehearsal_fraction": 0.5, "rehearsal_budget": 2},
+    "envace-frozen-env": {"backend": "self", "train_env_role": False},
     "grpo-simulator": {"backend": "simulator"},
     "grounded-0.25": {"backend": "self", "real_fraction": 0.25},
 }
 #: The arms whose env role's answers reach the actor: the sim-to-real diagnostic applies to them.
-IMAGINED = {
-    "envace-self",
-    "envace-log",
-    "envace-log-fidelity",
-    "envace-log-rehearsal",
-    "envace-frozen-env",
-    "grpo-simulator",
-    "grounded-0.25",
-}
+IMAGINED = {name for name, arm in ARMS.items() if arm and arm["backend"] in ("self", "simulator")}
 
-#: Steps between an arm's checkpoints: what a run cut short loses at most (``--resume`` goes on from there).
+#: Steps between an arm's checkpoints: what a full-weight run cut short loses at most under ``--resume``.
 SAVE_EVERY = 5
+
+#: Evaluation episodes run in lockstep: fixed, so a task's greedy outcome does not depend on the machine.
+EVAL_BATCH = 16
 
 DEFAULT = {
     "suite": "builtin/bank",
     "max_calls": 2,
     "max_turns": 3,
-    "steps": 40,
-    "tasks_per_step": 2,
-    "group_size": 4,
-    "lr": 2e-5,
-    "temperature": 0.7,
-    "max_new_tokens": 64,
-    "eval_episodes": 64,
-    "train_episodes": 96,
-    "fidelity_episodes": 12,
+    "steps": 12,
+    "tasks_per_step": 4,
+    "group_size": 8,
+    "lr": 1e-4,
+    "lora": 1,
+    "lora_rank": 16,
+    "kl_coef": 0.0,
+    "temperature": 1.0,
+    "max_new_tokens": 96,
+    "eval_split": "test-id",
+    "eval_episodes": 96,
+    "test_episodes": 96,
+    "warm": "adapter",
+    "warm_scale": 1.0,
     "warm_steps": 60,
     "seeds": "0,1,2",
-    "arms": "untrained,envace-self,envace-log,grpo-real",
+    "arms": "untrained,grpo-real,envace-ref",
 }
-FULL = {  # one GPU: all four domains, a longer warm start, 200 steps of 16 groups, the whole test split
+FULL = {  # one GPU: all four domains, more steps and groups
     **DEFAULT,
     "suite": "builtin",
     "max_calls": -1,
     "max_turns": 4,
-    "steps": 200,
+    "steps": 100,
     "tasks_per_step": 16,
-    "lr": 1e-5,
     "max_new_tokens": 128,
     "eval_episodes": 600,
-    "fidelity_episodes": 60,
+    "test_episodes": 600,
+    "warm": "train",
     "warm_steps": 600,
-    "arms": ",".join(ARMS),
+    "arms": "untrained,grpo-real,envace-ref,envace-log,envace-blind",
 }
 
 
 def task_pool(args) -> list:
-    """The suite's one-turn tasks that need at most ``--max-calls`` reference calls (-1: every task).
-
-    The default (at most two calls) was chosen on the *train* split: with one-call tasks only, the 60-step
-    warm start already solves nine in ten, so most groups of four are all ones and teach nothing (as all-zero
-    groups do); two-call tasks (look an account up, then act on the id it returned) leave room to learn and
-    make the second call depend on the first call's result, which under imagination the env role writes.
-    The run prints the start's success on train tasks (``start_train_success``) so the choice can be checked."""
+    """The suite's one-turn tasks that need at most ``--max-calls`` reference calls (-1: every task), all splits."""
     return recipe.task_pool(args.suite, args.max_calls)
 
 
@@ -142,26 +134,44 @@ def env_factory(args, split: str):
     return lambda: gym.make("EnvACE-ToolCall-v0", tasks=tasks, split=split, max_turns=args.max_turns)
 
 
+def eval_slice(args, split: str, seed: int) -> list[str]:
+    """The task ids seed ``seed`` is evaluated on: on ``test`` the first ``--test-episodes`` of the pool's
+    fixed shuffle (every seed the same); on another split slice ``seed`` of ``--eval-episodes`` tasks
+    (disjoint between seeds). The shuffle is fixed (seeded by the split's name), never by the run."""
+    ids = sorted(t.id for t in task_pool(args) if t.split == split)
+    random.Random(f"eval-slices/{split}").shuffle(ids)
+    if split == "test":
+        return ids[: args.test_episodes]
+    n = args.eval_episodes
+    if (seed + 1) * n > len(ids):
+        raise ValueError(
+            f"the {split} pool has {len(ids)} tasks: seed {seed} needs tasks {seed * n}-{(seed + 1) * n - 1} "
+            f"(--eval-episodes {n}); use fewer episodes or lower seeds"
+        )
+    return ids[seed * n : (seed + 1) * n]
+
+
 def load(spec: str, args, seed: int) -> LMPolicy:
     policy = LMPolicy.from_spec(spec, sampling=SamplingConfig(0.0, 1.0, args.max_new_tokens, seed), progress=False)
     return policy.to(args.device)
 
 
 def warm_start(args) -> str:
-    """The shared starting checkpoint: ``--warm DIR`` if given; ``--warm adapter``: the embedded model with the
-    demo's shipped LoRA warm-start adapter merged in; else trained once (``--warm-steps`` of both roles). The
-    last two are kept in ``OUT/warm``."""
-    if args.warm and args.warm != "adapter":
+    """The shared starting checkpoint, kept in ``OUT/warm``: ``--warm adapter``, the embedded model with the
+    shipped LoRA warm start merged at ``--warm-scale``; ``--warm train``, ``--warm-steps`` supervised steps of
+    both roles; ``--warm DIR``, that checkpoint."""
+    if args.warm not in ("adapter", "train"):
         return f"ckpt:{args.warm}"
     out = Path(args.out) / "warm"
     if (out / "sft_summary.json").exists():
         return f"ckpt:{out}"
     policy = load(args.policy, args, 0)
     if args.warm == "adapter":
-        recipe.load_warm_adapter(policy)
+        recipe.load_warm_adapter(policy, scale=args.warm_scale)
         policy.save(out)
         info = json.loads((recipe.WARM_ADAPTER / "warm_start.json").read_text())
-        (out / "sft_summary.json").write_text(json.dumps({"adapter": str(recipe.WARM_ADAPTER), **info["summary"]}))
+        summary = {"adapter": str(recipe.WARM_ADAPTER), "scale": args.warm_scale, **info["summary"]}
+        (out / "sft_summary.json").write_text(json.dumps(summary))
         return f"ckpt:{out}"
     env = env_factory(args, "train")()
     examples = build_sft_examples(env, policy, 400, seed=0, progress=False, roles=("actor", "env_role"))
@@ -172,277 +182,287 @@ def warm_start(args) -> str:
     return f"ckpt:{out}"
 
 
-def by_kind(report: Any, args) -> dict[str, list[int]]:
-    """``{task kind: [wins, episodes]}`` of an evaluation: which kinds of task fail (the bank's kinds: balance,
-    both_balances, my_balance, ...)."""
-    kind = {t.id: t.metadata.get("kind", t.domain) for t in task_pool(args)}
-    tally: dict[str, list[int]] = {}
-    for t in report.trajectories:
-        counts = tally.setdefault(kind.get(t.episode.task_id, "?"), [0, 0])
-        counts[0] += int(t.success)
-        counts[1] += 1
-    return dict(sorted(tally.items()))
+def _digest(token_ids: list[int]) -> str:
+    return hashlib.sha256(json.dumps(token_ids).encode()).hexdigest()[:16]
 
 
-def train_success(policy: LMPolicy, args) -> dict[str, Any]:
-    """The start's greedy success on train tasks, overall and by task kind: what the setting is chosen on
-    (never the test split)."""
+def evaluate_on(policy: LMPolicy, args, split: str, task_ids: list[str]) -> dict[str, Any]:
+    """Greedy episodes on the real backend, one per task of ``task_ids``, :data:`EVAL_BATCH` in lockstep:
+    outcome by task id, task kinds, valid-call rate and the share of result-shaped actor turns."""
     policy.sampling = SamplingConfig(0.0, 1.0, args.max_new_tokens, 0)
-    envs = [env_factory(args, "train")() for _ in range(16)]
-    report = evaluate(envs[: args.train_episodes], policy, args.train_episodes, seed=0, progress=False, desc="train")
-    return {
-        "success": report.summary()["success_rate"],
-        "episodes": args.train_episodes,
-        "by_kind": by_kind(report, args),
-    }
-
-
-def measure(policy: LMPolicy, args, seed: int) -> dict[str, Any]:
-    """Test success on the real backend (greedy), the share of result-shaped actor turns, and the env role's
-    fidelity on held-out (test) calls with and without reference examples in its prompt. Measurement only:
-    nothing here reaches training."""
-    policy.sampling = SamplingConfig(0.0, 1.0, args.max_new_tokens, seed)
     policy.engine.clear()
-    envs = [env_factory(args, "test")() for _ in range(min(16, args.eval_episodes))]
-    report = evaluate(envs, policy, args.eval_episodes, seed=seed, progress=False, desc="test")
-    s = report.summary()
-    wins = sum(t.success for t in report.trajectories)
-    turns = [m for t in report.trajectories for m in t.messages if m.get("role") == "assistant"]
-    fidelity = {}
-    for grounding in ("reference", "none"):
-        fid = fidelity_report(
-            env_factory(args, "test"), {"self": policy}, args.fidelity_episodes, seed=seed, progress=False,
-            grounding=grounding,
-        )["backends"]["self"]  # fmt: skip
-        fidelity[grounding] = {k: fid[k] for k in ("parse_valid_rate", "exact_match", "key_f1")}
+    envs = [env_factory(args, split)() for _ in range(min(EVAL_BATCH, len(task_ids)))]
+    t0 = time.monotonic()
+    trajectories = collect(envs, policy, len(task_ids), task_ids=task_ids, seed=0, progress=False, desc=split)
+    kinds = {t.id: t.metadata.get("kind", t.domain) for t in task_pool(args)}
+    turns = [m for t in trajectories for m in t.messages if m.get("role") == "assistant"]
+    calls_ok = sum(t.calls_ok for t in trajectories)
+    calls = calls_ok + sum(t.calls_failed for t in trajectories)
     return {
-        "success": s["success_rate"],
-        "success_ci": wilson_interval(wins, len(report.trajectories)),
-        "wins": wins,
-        "mean_reward": s["mean_reward"],
-        "valid_call_rate": s["valid_call_rate"],
+        "outcomes": {t.episode.task_id: int(t.success) for t in trajectories},
+        # a digest of each episode's tokens: two evaluations of one checkpoint can be compared token for token
+        "token_digest": {t.episode.task_id: _digest(t.token_ids) for t in trajectories},
+        "kinds": {t.episode.task_id: kinds.get(t.episode.task_id, "?") for t in trajectories},
+        "valid_call_rate": calls_ok / calls if calls else None,
         "result_shaped": sum(map(is_result_shaped, turns)) / len(turns) if turns else 0.0,
-        "episodes": len(report.trajectories),
-        "by_kind": by_kind(report, args),
-        "fidelity": fidelity,
+        "seconds": round(time.monotonic() - t0, 1),
     }
 
 
-def _mean(xs: list[Any]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
+def measure(policy: LMPolicy, args, name: str, seed: int, first_seed: int) -> dict[str, dict[str, Any]]:
+    """The run's evaluations: its slice of ``--eval-split`` and, for a final split, ``test`` (the start's
+    ``test`` once, with the first seed: it is greedy and the same for every seed)."""
+    evals = {args.eval_split: evaluate_on(policy, args, args.eval_split, eval_slice(args, args.eval_split, seed))}
+    if args.eval_split == "test-id" and args.test_episodes > 0 and (name != "untrained" or seed == first_seed):
+        evals["test"] = evaluate_on(policy, args, "test", eval_slice(args, "test", seed))
+    return evals
 
 
-def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
-    """Train one arm from the start (none for ``untrained``), then measure it; the result is what
-    ``result.json`` of ``OUT/<arm>-seed<seed>`` holds."""
-    overrides = ARMS[name]
-    t0 = time.monotonic()
-    policy = load(start, args, seed)
-    if overrides is None:
-        return {**measure(policy, args, seed), "train_s": 0.0, "tokens": 0, "curve": [], "calls": {}}
-    cfg = EnvACEConfig(
+def arm_config(name: str, args, seed: int) -> EnvACEConfig:
+    return EnvACEConfig(
         steps=args.steps,
         tasks_per_step=args.tasks_per_step,
         group_size=args.group_size,
         lr=args.lr,
+        lora=bool(args.lora),
+        lora_rank=args.lora_rank,
+        lora_alpha=2 * args.lora_rank,
+        kl_coef=args.kl_coef,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         seed=seed,
-        # A checkpoint every few steps (only the newest kept): an arm cut short goes on under --resume.
+        # A checkpoint every few steps (only the newest kept): a full-weight arm cut short goes on under --resume.
         save_every=min(SAVE_EVERY, args.steps),
         keep_last=1,
         log_trajectories_every=0,
         sim_to_real=name in IMAGINED,  # a diagnostic: its calls are counted apart and never trained on
-        **overrides,
+        **ARMS[name],
     )
-    out = Path(args.out) / f"{name}-seed{seed}"
-    resume = args.resume and latest_checkpoint(out) is not None  # an arm cut short: on from its checkpoint
-    if resume:
-        print(f"{name}-seed{seed}: resuming from {latest_checkpoint(out).name}", flush=True)
-    trainer = EnvACETrainer(policy, env_factory(args, "train"), cfg, out, progress=False, resume=resume)
-    trainer.train()
-    # Every step's record, the ones of an earlier, interrupted process included (the trainer kept them).
-    records = [r for _, r in read_jsonl(out / "metrics.jsonl") if isinstance(r, dict)]
-    train_s = time.monotonic() - t0 if not resume else sum(r["rollout_s"] + r["update_s"] for r in records)
-    result = measure(policy, args, seed)
+
+
+def run_arm(name: str, start: str, args, seed: int, first_seed: int = 0) -> dict[str, Any]:
+    """Train one arm from the start (nothing for ``untrained``), then evaluate it: ``result.json``'s content."""
+    policy = load(start, args, seed)
+    records: list[dict[str, Any]] = []
+    if ARMS[name] is not None:
+        cfg = arm_config(name, args, seed)
+        out = Path(args.out) / f"{name}-seed{seed}"
+        # LoRA checkpoints hold merged weights, which cannot resume the adapters: such an arm starts over.
+        resume = args.resume and not cfg.lora and latest_checkpoint(out) is not None
+        if resume:
+            print(f"{name}-seed{seed}: resuming from {latest_checkpoint(out).name}", flush=True)
+        trainer = EnvACETrainer(policy, env_factory(args, "train"), cfg, out, progress=False, resume=resume)
+        trainer.train()
+        if cfg.lora:  # evaluate the merged weights, as a checkpoint loads them (and faster than the adapters)
+            policy.model = policy.engine.model = trainer.model.merge_and_unload().eval()
+            policy.engine.clear()
+        # Every step's record, the ones of an earlier, interrupted process included (the trainer kept them).
+        records = [r for _, r in read_jsonl(out / "metrics.jsonl") if isinstance(r, dict)]
+    evals = measure(policy, args, name, seed, first_seed)
     keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "verifier_calls")
-    result.update(
-        train_s=round(train_s, 1),
-        # rehearsal tokens (envace-log-rehearsal) are generated for training too: a cost like the others
-        tokens=sum(r["actor_tokens"] + r["env_role_tokens"] + r.get("rehearsal_tokens", 0) for r in records),
-        calls={k: sum(r.get(k) or 0 for r in records) for k in keys},
-        sim_real_agreement=_mean([r.get("sim_real_agreement") for r in records]),
-        real_reward_imagined=_mean([r.get("real_reward_imagined") for r in records]),
-        curve=[
-            {
-                k: r.get(k)
-                for k in (
-                    "step",
-                    "reward_actor",
-                    "real_reward_imagined",
-                    "sim_real_agreement",
-                    "valid_env_role",
-                    "exact_env_role",
-                    "fidelity_env_role",
-                    "live_calls",
-                )
-            }
-            for r in records
-        ],  # fmt: skip
-    )
-    return result
-
-
-def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One arm over its seeds: pooled Wilson interval of success, and the interval over seeds."""
-    wins = sum(r["wins"] for r in runs)
-    n = sum(r["episodes"] for r in runs)
-    fid = {
-        g: {k: _mean([r["fidelity"][g][k] for r in runs]) for k in runs[0]["fidelity"][g]} for g in runs[0]["fidelity"]
-    }
     return {
-        "success": wins / n,
-        "success_ci": wilson_interval(wins, n),
-        "success_ci_seeds": mean_interval([r["success"] for r in runs]),
-        "per_seed": [r["success"] for r in runs],
-        "mean_reward": _mean([r["mean_reward"] for r in runs]),
-        "valid_call_rate": _mean([r["valid_call_rate"] or 0 for r in runs]),
-        "result_shaped": _mean([r["result_shaped"] for r in runs]),
-        "fidelity": fid,
-        "by_kind": _sum_kinds([r["by_kind"] for r in runs if "by_kind" in r]),
-        "by_kind_seeds": sum(1 for r in runs if "by_kind" in r),
-        "calls": {k: sum(r["calls"].get(k, 0) for r in runs) // len(runs) for k in runs[0]["calls"]},
-        "sim_real_agreement": _mean([r.get("sim_real_agreement") for r in runs]),
-        "real_reward_imagined": _mean([r.get("real_reward_imagined") for r in runs]),
-        "train_s": _mean([r.get("train_s", 0.0) for r in runs]),
-        "tokens": sum(r.get("tokens", 0) for r in runs) // len(runs),
-        "episodes": n,
-        "seeds": len(runs),
-        "curves": [r.get("curve", []) for r in runs],
+        "arm": name,
+        "seed": seed,
+        "evals": evals,
+        "records": records,
+        "calls": {k: sum(r.get(k) or 0 for r in records) for k in keys},
+        # the same meaning for a fresh and a resumed run: the steps' own time, evaluation apart
+        "train_s": round(sum(r["rollout_s"] + r["update_s"] for r in records), 1),
+        "tokens": sum(r["actor_tokens"] + r["env_role_tokens"] + r.get("rehearsal_tokens", 0) for r in records),
     }
 
 
-def _sum_kinds(tallies: list[dict[str, list[int]]]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for tally in tallies:
-        for kind, (wins, n) in tally.items():
-            counts = out.setdefault(kind, [0, 0])
-            counts[0] += wins
-            counts[1] += n
-    return dict(sorted(out.items()))
+# ----------------------------------------------------------------------------------------- aggregation
+def paired(runs: list[dict[str, Any]], start: list[dict[str, Any]], split: str) -> dict[str, Any] | None:
+    """The arm's paired per-task difference from the start on ``split``: each task's outcome minus the
+    start's on it, averaged over the seeds that played it; bootstrap 95% interval over tasks."""
+    before: dict[str, int] = {}
+    for r in start:
+        before.update(r["evals"].get(split, {}).get("outcomes", {}))
+    per_task: dict[str, list[int]] = {}
+    for r in runs:
+        for task, outcome in r["evals"].get(split, {}).get("outcomes", {}).items():
+            if task in before:
+                per_task.setdefault(task, []).append(outcome - before[task])
+    if not per_task:
+        return None
+    return paired_bootstrap([sum(d) / len(d) for d in per_task.values()])
 
 
-def kind_table(results: dict[str, Any], start_train: dict[str, list[int]] | None) -> str:
-    """Wins / episodes by task kind: the start on train tasks, then each arm on test tasks (the seeds that
-    recorded kinds)."""
-    columns = [("start, train tasks", start_train)] if start_train else []
-    columns += [(f"{n}, test ({r['by_kind_seeds']} seeds)", r["by_kind"]) for n, r in results.items() if r["by_kind"]]
-    if not columns:
-        return ""
+def summarize(
+    name: str, runs: list[dict[str, Any]], start: list[dict[str, Any]], split: str, group_size: int
+) -> dict[str, Any]:
+    """One arm over its seeds: pooled and per-seed success on ``split`` and ``test``, paired with the start,
+    its costs per run, and every seed's step records."""
+    out: dict[str, Any] = {"seeds": [r["seed"] for r in runs], "split": split}
+    for s in (split, "test"):
+        played = [r["evals"][s] for r in runs if s in r["evals"]]
+        if not played:
+            continue
+        outcomes = [o for e in played for o in e["outcomes"].values()]
+        per_seed = [sum(e["outcomes"].values()) / len(e["outcomes"]) for e in played]
+        kinds: dict[str, list[int]] = {}
+        for e in played:
+            for task, ok in e["outcomes"].items():
+                tally = kinds.setdefault(e["kinds"][task], [0, 0])
+                tally[0] += ok
+                tally[1] += 1
+        out[s] = {
+            "success": sum(outcomes) / len(outcomes),
+            "episodes": len(outcomes),
+            "wilson95": wilson_interval(sum(outcomes), len(outcomes)),
+            "per_seed": per_seed,
+            "t95_seeds": t_interval(per_seed),
+            "paired_vs_start": paired(runs, start, s) if name != "untrained" and start else None,
+            "by_kind": dict(sorted(kinds.items())),
+        }
+    main = out.get(split, {})
+    records = [rec for r in runs for rec in r["records"]]
+    n = len(runs)
+    out.update(
+        success=main.get("success"),
+        paired_vs_start=main.get("paired_vs_start"),
+        live_calls=sum(r["calls"]["live_calls"] for r in runs) / n,
+        logged_results=sum(r["calls"]["logged_calls_used"] for r in runs) / n,
+        diagnostic_calls=sum(r["calls"]["diagnostic_calls"] for r in runs) / n,
+        train_s=sum(r["train_s"] for r in runs) / n,
+        tokens=sum(r["tokens"] for r in runs) / n,
+        trained_rows=sum(rec.get("trained_rows", 0) for rec in records) / n,
+        groups_with_spread=sum(rec.get("groups_with_spread", 0) for rec in records) / n,
+        groups=sum(rec.get("n_actor", 0) for rec in records) / group_size / n,
+        records={str(r["seed"]): r["records"] for r in runs},
+    )
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ci(lo: float | None, hi: float | None) -> str:
+    return "-" if lo is None else f"{100 * lo:.0f}-{100 * hi:.0f}"
+
+
+def _delta(d: dict[str, Any] | None) -> str:
+    if not d or d["mean"] is None:
+        return "-"
+    lo, hi = d["ci95"]
+    return f"{100 * d['mean']:+.1f} ({100 * lo:+.1f} to {100 * hi:+.1f}; {d['won']}/{d['lost']})"
+
+
+def table(results: dict[str, Any]) -> str:
+    """The results table: success on the evaluation split, paired with the start (the primary figure), the
+    mean over seeds, ``test``, and what training cost in live calls and real results shown."""
+    split = next(iter(results.values()))["split"] if results else "test-id"
+    lines = [
+        f"| arm | {split}: success (Wilson 95%) | paired vs start, points (95% CI; won/lost) | mean of seeds (t 95%) "
+        "| test, held-out phrasings: paired vs start | live calls per run | real results shown per run |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        main, test = r.get(split, {}), r.get("test", {})
+        seeds = len(r["seeds"])
+        lines.append(
+            f"| {name} ({seeds} seed{'s' * (seeds != 1)}) | {_pct(main.get('success'))} of {main.get('episodes', 0)} "
+            f"({_ci(*main.get('wilson95', (None, None)))}) | {_delta(r.get('paired_vs_start'))} | "
+            f"{_ci(*main.get('t95_seeds', (None, None)))} | "
+            f"{_pct(test.get('success'))}, {_delta(test.get('paired_vs_start'))} | {r['live_calls']:,.0f} | "
+            f"{r['logged_results']:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def cost_table(results: dict[str, Any]) -> str:
+    """Where a run's steps went: time, tokens, rows trained, groups whose rewards differed."""
+    lines = [
+        "| arm | train time per run | rollout / update per step | tokens per run | trained rows per run "
+        "| groups with spread |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        recs = [rec for seed in r["records"].values() for rec in seed]
+        if not recs:
+            continue
+        roll = sum(x["rollout_s"] for x in recs) / len(recs)
+        upd = sum(x["update_s"] for x in recs) / len(recs)
+        lines.append(
+            f"| {name} | {r['train_s'] / 60:.1f} min | {roll:.0f} s / {upd:.0f} s | {r['tokens']:,.0f} | "
+            f"{r['trained_rows']:,.0f} | {r['groups_with_spread']:.0f} of {r['groups']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def kind_table(results: dict[str, Any]) -> str:
+    """Wins / episodes by task kind on the evaluation split, per arm."""
+    split = next(iter(results.values()))["split"] if results else "test-id"
+    columns = [(name, r[split]["by_kind"]) for name, r in results.items() if split in r]
     kinds = sorted({k for _, tally in columns for k in tally})
-    lines = ["| task kind | " + " | ".join(c for c, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    lines = ["| task kind | " + " | ".join(n for n, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for kind in kinds:
         cells = [f"{t[kind][0]}/{t[kind][1]}" if kind in t else "-" for _, t in columns]
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
-
-
-def table(results: dict[str, Any]) -> str:
-    before = results.get("untrained")
-    lines = [
-        "| arm | seeds | test success, real backend (95% CI) | live calls | logged results | diagnostic calls | "
-        "imagined = real success | real reward of imagined episodes | env-role exact, ref. / none (before -> after) "
-        "| result-shaped actor turns | tokens | train time |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, r in results.items():
-        lo, hi = r["success_ci"]
-        f = r["fidelity"]
-        b = before["fidelity"] if before else None
-        fid = f"{_pct(f['reference']['exact_match'])} / {_pct(f['none']['exact_match'])}"
-        if b and name != "untrained":
-            fid = f"{_pct(b['reference']['exact_match'])} / {_pct(b['none']['exact_match'])} -> {fid}"
-        calls = r["calls"]
-        lines.append(
-            f"| {name} | {r['seeds']} | {100 * r['success']:.1f}% ({100 * lo:.0f}-{100 * hi:.0f}%) | "
-            f"{calls.get('live_calls', 0):,} | {calls.get('logged_calls_used', 0):,} | "
-            f"{calls.get('diagnostic_calls', 0):,} | {_pct(r['sim_real_agreement'])} | "
-            f"{'-' if r['real_reward_imagined'] is None else format(r['real_reward_imagined'], '.2f')} | {fid} | "
-            f"{_pct(r['result_shaped'])} | {r['tokens']:,} | {r['train_s'] / 60:.1f} min |"
-        )
-    return "\n".join(lines)
-
-
-def plot(results: dict[str, Any], path: Path) -> None:
+def plot(results: dict[str, Any], path: Path, group_size: int) -> None:
+    """Left: each arm's paired difference from the start with its interval; right: the training reward and the
+    groups with spread per step, per arm (mean over seeds). Sized to be read at page width."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(18, 4.5))
-    names = list(results)
-    succ = [results[n]["success"] for n in names]
-    err = [
-        [s - results[n]["success_ci"][0] for n, s in zip(names, succ, strict=True)],
-        [results[n]["success_ci"][1] - s for n, s in zip(names, succ, strict=True)],
-    ]
-    ax1.bar(names, succ, yerr=err, capsize=4, color="tab:blue")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    names = [n for n, r in results.items() if r.get("paired_vs_start")]
     for i, n in enumerate(names):
-        ax1.annotate(f"{results[n]['calls'].get('live_calls', 0):,} live", (i, 0.02), ha="center", fontsize=7)
-    ax1.set_ylabel("test success, real backend (95% Wilson, pooled seeds)")
-    ax1.set_ylim(0, 1)
-    ax1.tick_params(axis="x", rotation=25)
-    for n in names:
-        for seed, curve in enumerate(results[n]["curves"]):
-            if curve:
-                steps = [c["step"] for c in curve]
-                ax2.plot(steps, [c["reward_actor"] for c in curve], label=f"{n} (training)" if not seed else None)
-                if curve[0].get("real_reward_imagined") is not None:
-                    ax2.plot(steps, [c["real_reward_imagined"] for c in curve], ls=":", alpha=0.7,
-                             label=f"{n} (same actions, real)" if not seed else None)  # fmt: skip
-                if curve[0].get("fidelity_env_role") is not None:
-                    ax3.plot(steps, [c["fidelity_env_role"] for c in curve], label=n if not seed else None)
+        d = results[n]["paired_vs_start"]
+        ax1.errorbar(
+            [100 * d["mean"]], [i], xerr=[[100 * (d["mean"] - d["ci95"][0])], [100 * (d["ci95"][1] - d["mean"])]],
+            fmt="o", capsize=4,
+        )  # fmt: skip
+    ax1.axvline(0, color="grey", lw=1)
+    ax1.set_yticks(range(len(names)), [f"{n}\n{results[n]['live_calls']:,.0f} live calls" for n in names])
+    ax1.set_xlabel("paired difference from the start, points (95% CI)")
+    for n, r in results.items():
+        seeds = [s for s in r["records"].values() if s]
+        if not seeds:
+            continue
+        steps = min(len(s) for s in seeds)
+        reward = [sum(s[i]["reward_actor"] for s in seeds) / len(seeds) for i in range(steps)]
+        ax2.plot(range(1, steps + 1), reward, label=f"{n}: training reward")
+        # groups of a step: its episodes over the group size (dynamic sampling may play more than tasks_per_step)
+        share = [
+            sum(s[i].get("groups_with_spread", 0) / max(1, s[i]["n_actor"] / group_size) for s in seeds) / len(seeds)
+            for i in range(steps)
+        ]
+        ax2.plot(range(1, steps + 1), share, ls=":", label=f"{n}: share of groups with spread")
     ax2.set_xlabel("step")
-    ax2.set_ylabel("training reward; dotted: its actions replayed for real")
+    ax2.set_ylim(0, 1)
     if ax2.get_legend_handles_labels()[0]:
-        ax2.legend(fontsize=7)
-    ax3.set_xlabel("step")
-    ax3.set_ylabel("env-role fidelity to the logged/real result")
-    ax3.set_ylim(0, 1)
-    if ax3.get_legend_handles_labels()[0]:
-        ax3.legend(fontsize=7)
+        ax2.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def write_docs(paths: list[str], block: str = "learning-cpu") -> str:
-    """Rewrite the ``block`` table of ``docs/learning.md`` from ``results.json`` files (the ones kept under
-    ``docs/``); an arm in several files is taken from the last. Trains nothing; returns the table."""
+def write_docs(path: str) -> str:
+    """Rewrite docs/learning.md's result blocks (``learning-main``, ``learning-cost``, ``learning-kinds``) from a
+    kept ``results.json``. Trains nothing; returns the main table."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _docs import write_block
 
-    arms: dict[str, Any] = {}
-    for path in paths:
-        arms.update(json.loads(Path(path).read_text())["arms"])
-    results = {name: arms[name] for name in [*ARMS, *sorted(set(arms) - set(ARMS))] if name in arms}
+    results = json.loads(Path(path).read_text())["arms"]
     text = table(results)
-    changed = write_block("learning.md", block, text)
-    print(f"docs/learning.md: {block} {'rewritten' if changed else 'unchanged'}")
+    for block, body in (("learning-main", text), ("learning-cost", cost_table(results)),
+                        ("learning-kinds", kind_table(results))):  # fmt: skip
+        changed = write_block("learning.md", block, body)
+        print(f"docs/learning.md: {block} {'rewritten' if changed else 'unchanged'}")
     return text
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="the GPU-sized setting")
-    parser.add_argument(
-        "--warm", default=None, help="a warm-started checkpoint folder, or 'adapter' (the demo's); default: train one"
-    )
     parser.add_argument("--policy", default="default", help="the model the warm start starts from")
     parser.add_argument("--out", default="runs/learning", help="output folder")
     parser.add_argument("--device", default="auto", help="auto (cuda when present), cpu or cuda")
@@ -451,10 +471,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--report-only", action="store_true", help="train nothing: tabulate the finished runs of --out")
     parser.add_argument(
         "--write-docs",
-        nargs="+",
         metavar="RESULTS.json",
-        help="train nothing: rewrite docs/learning.md's CPU table from results files, an arm in several from the "
-        "last (e.g. docs/learning_cpu_2026-12-04.json docs/learning_cpu_2026-12-05.json)",
+        help="train nothing: rewrite docs/learning.md's tables from a results file",
     )
     for key, value in DEFAULT.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=None, help=f"default {value}")
@@ -466,16 +484,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [a for a in args.arms.split(",") if a.strip() and a.strip() not in ARMS]
     if unknown:
         parser.error(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
+    if args.eval_split not in ("val", "test-id"):
+        parser.error(f"--eval-split is val (choosing settings) or test-id (final figures); got {args.eval_split!r}")
     return args
 
 
 def _child_argv(args, name: str, seed: int, start: str) -> list[str]:
     argv = [sys.executable, __file__, "--arms", name, "--seeds", str(seed), "--resume", "--jobs", "1"]
-    argv += ["--warm", start.removeprefix("ckpt:"), "--out", args.out, "--device", args.device]
+    argv += ["--out", args.out, "--device", args.device, "--policy", args.policy]
     for key in DEFAULT:
-        if key not in ("arms", "seeds"):
+        if key not in ("arms", "seeds", "warm"):
             argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    return argv
+    return [*argv, "--warm", start.removeprefix("ckpt:")]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -484,75 +504,63 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {"table": write_docs(args.write_docs)}
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     seeds = [int(s) for s in str(args.seeds).split(",")]
+    for seed in seeds:  # a bad slice is an error before anything trains
+        eval_slice(args, args.eval_split, seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    if args.report_only:
-        return report(args, arms, seeds, start=str(args.warm or out / "warm"), start_train=None, t0=t0)
-    start = warm_start(args)
-    print(f"start: {start}; {json.dumps({k: getattr(args, k) for k in DEFAULT})}", flush=True)
-    summary_path = out / "start_train_success.json"
-    if args.resume and summary_path.exists():
-        start_train = json.loads(summary_path.read_text())
-    else:
-        start_train = train_success(load(start, args, 0), args)
-        summary_path.write_text(json.dumps(start_train))
-    print(f"start's greedy success on train tasks: {start_train}", flush=True)
-    todo = [
-        (n, s) for n in arms for s in seeds if not (args.resume and (out / f"{n}-seed{s}" / "result.json").exists())
-    ]
-    if args.jobs > 1 and len(todo) > 1:
-        # One process per (arm, seed), at most --jobs at once; each writes its result.json.
-        procs: list[subprocess.Popen] = []
-        for name, seed in todo:
-            while len([p for p in procs if p.poll() is None]) >= args.jobs:
-                time.sleep(2)
-            log = (out / f"{name}-seed{seed}.log").open("w")
-            procs.append(subprocess.Popen(_child_argv(args, name, seed, start), stdout=log, stderr=subprocess.STDOUT))
-        failed = [" ".join(p.args[3:7]) for p in procs if p.wait() != 0]
-        if failed:
-            print(f"runs that failed (see their .log under {out}): {failed}", flush=True)
-    else:
-        for name, seed in todo:
-            r = run_arm(name, start, args, seed)
-            path = out / f"{name}-seed{seed}"
-            path.mkdir(parents=True, exist_ok=True)
-            (path / "result.json").write_text(json.dumps(r, indent=1))
-            print(
-                f"{name} seed {seed}: success {r['success']:.3f}, calls {r['calls']}, {r['train_s']:.0f} s", flush=True
-            )
-    return report(args, arms, seeds, start, start_train, t0)
+    if not args.report_only:
+        start = warm_start(args)
+        print(f"start: {start}; {json.dumps({k: getattr(args, k) for k in DEFAULT})}", flush=True)
+        todo = [
+            (n, s) for n in arms for s in seeds if not (args.resume and (out / f"{n}-seed{s}" / "result.json").exists())
+        ]
+        if args.jobs > 1 and len(todo) > 1:
+            # One process per (arm, seed), at most --jobs at once; each writes its result.json.
+            procs: list[subprocess.Popen] = []
+            for name, seed in todo:
+                while len([p for p in procs if p.poll() is None]) >= args.jobs:
+                    time.sleep(2)
+                log = (out / f"{name}-seed{seed}.log").open("w")
+                argv_child = _child_argv(args, name, seed, start)
+                procs.append(subprocess.Popen(argv_child, stdout=log, stderr=subprocess.STDOUT))
+            failed = [" ".join(p.args[3:7]) for p in procs if p.wait() != 0]
+            if failed:
+                print(f"runs that failed (see their .log under {out}): {failed}", flush=True)
+        else:
+            for name, seed in todo:
+                r = run_arm(name, start, args, seed, first_seed=seeds[0])
+                path = out / f"{name}-seed{seed}"
+                path.mkdir(parents=True, exist_ok=True)
+                (path / "result.json").write_text(json.dumps(r, indent=1))
+                ok = r["evals"][args.eval_split]["outcomes"].values()
+                print(f"{name} seed {seed}: {args.eval_split} {sum(ok)}/{len(ok)}, calls {r['calls']}, "
+                      f"{r['train_s']:.0f} s", flush=True)  # fmt: skip
+    return report(args, arms, seeds, t0)
 
 
-def report(
-    args, arms: list[str], seeds: list[int], start: str, start_train: dict[str, Any] | None, t0: float
-) -> dict[str, Any]:
+def report(args, arms: list[str], seeds: list[int], t0: float) -> dict[str, Any]:
     """Aggregate the finished (arm, seed) runs under ``--out``; write results.json, table.md, learning.png."""
     out = Path(args.out)
-    if start_train is None and (out / "start_train_success.json").exists():
-        start_train = json.loads((out / "start_train_success.json").read_text())
-    start_train = start_train or {}
     runs: dict[str, list[dict[str, Any]]] = {}
     for name in arms:
         for seed in seeds:
             path = out / f"{name}-seed{seed}" / "result.json"
             if path.exists():
                 runs.setdefault(name, []).append(json.loads(path.read_text()))
-    results = {n: aggregate(rs) for n, rs in runs.items()}
+    start = runs.get("untrained", [])
+    results = {n: summarize(n, rs, start, args.eval_split, args.group_size) for n, rs in runs.items()}
     summary = {
         "settings": {k: getattr(args, k) for k in DEFAULT},
         "device": args.device,
-        "start": start,
-        "start_train_success": start_train.get("success"),
-        "start_train_by_kind": start_train.get("by_kind"),
         "arms": results,
         "minutes": round((time.monotonic() - t0) / 60, 1),
     }
-    (out / "results.json").write_text(json.dumps(summary, indent=2))
-    text = table(results) + "\n\n" + kind_table(results, start_train.get("by_kind"))
+    (out / "results.json").write_text(json.dumps(summary, indent=1))
+    text = table(results) + "\n\n" + cost_table(results) + "\n\n" + kind_table(results) if results else ""
     (out / "table.md").write_text(text + "\n")
     if results:
-        plot(results, out / "learning.png")
+        plot(results, out / "learning.png", args.group_size)
     print(text)
     print(f"total {(time.monotonic() - t0) / 60:.1f} min")
     return summary

@@ -39,7 +39,7 @@ from typing import Any
 
 import envace_gym  # noqa: F401  (registers the envs)
 from envace_gym.agents.eval.evaluate import evaluate
-from envace_gym.agents.eval.stats import wilson_interval
+from envace_gym.agents.eval.stats import paired_bootstrap, wilson_interval
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.rehearsal import PrivateRehearsal
@@ -171,20 +171,16 @@ def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def paired_delta(base: dict[str, Any], group: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean of (configuration - budget 0) success over tasks, each task's difference averaged over the seeds
     that played it; 95% interval by bootstrap over tasks; tasks won and lost (summed over seeds)."""
-    import numpy as np
-
     before = dict(zip(base["task_ids"], base["outcomes"], strict=True))
     per_task: dict[str, list[int]] = {}
     for r in group:
         for task, outcome in zip(r["task_ids"], r["outcomes"], strict=True):
             if task in before:
                 per_task.setdefault(task, []).append(outcome - before[task])
-    diffs = np.array([sum(d) / len(d) for d in per_task.values()])
-    rng = np.random.default_rng(0)
-    boot = rng.choice(diffs, size=(2000, len(diffs))).mean(axis=1)
+    paired = paired_bootstrap([sum(d) / len(d) for d in per_task.values()], resamples=2000)
     flat = [d for ds in per_task.values() for d in ds]
-    return {"mean": float(diffs.mean()), "ci": [float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))],
-            "won": flat.count(1), "lost": flat.count(-1), "tasks": len(diffs)}  # fmt: skip
+    return {"mean": paired["mean"], "ci": paired["ci95"], "won": flat.count(1), "lost": flat.count(-1),
+            "tasks": paired["tasks"]}  # fmt: skip
 
 
 def table(results: dict[str, list[dict[str, Any]]]) -> str:

@@ -43,32 +43,62 @@ def test_the_demo_runs_its_steps_and_episodes_on_a_slow_clock(tmp_path, slow_clo
     assert "One imagined episode" in transcript and "One real episode" in transcript
 
 
-def test_the_learning_benchmark_runs_its_steps_and_episodes_on_a_slow_clock(tmp_path, slow_clock):
+def _learning_bench():
     spec = importlib.util.spec_from_file_location("learning_bench", ROOT / "benchmarks" / "learning.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    argv = ["--policy", "tiny", "--out", str(tmp_path), "--arms", "untrained,envace-log", "--seeds", "0"]
-    argv += ["--steps", "2", "--warm-steps", "2", "--eval-episodes", "3", "--fidelity-episodes", "1"]
-    argv += ["--train-episodes", "4"]
-    argv += ["--max-new-tokens", "8", "--device", "cpu"]
+    return bench
+
+
+def test_the_learning_benchmark_runs_its_steps_and_episodes_on_a_slow_clock(tmp_path, slow_clock):
+    bench = _learning_bench()
+    argv = ["--policy", "tiny", "--out", str(tmp_path), "--arms", "untrained,envace-log", "--seeds", "0,1"]
+    argv += ["--steps", "2", "--tasks-per-step", "2", "--group-size", "2", "--warm", "train", "--warm-steps", "2"]
+    argv += ["--eval-episodes", "3", "--test-episodes", "2", "--max-new-tokens", "8", "--device", "cpu"]
     report = bench.main(argv)
     arms = report["arms"]
     assert set(arms) == {"untrained", "envace-log"}
-    assert arms["envace-log"]["episodes"] == arms["untrained"]["episodes"] == 3
-    curve = arms["envace-log"]["curves"][0]
-    assert [c["step"] for c in curve] == [1, 2] and all(c["live_calls"] == 0 for c in curve)
-    assert arms["envace-log"]["calls"]["live_calls"] == 0
-    warm = json.loads((tmp_path / "warm" / "sft_summary.json").read_text())
-    assert warm["steps"] == 2
+    log = arms["envace-log"]
+    # every seed's steps, with the trainer's per-step record kept whole
+    assert [[r["step"] for r in rs] for rs in log["records"].values()] == [[1, 2], [1, 2]]
+    assert all({"trained_rows", "groups_with_spread", "rollout_s", "update_s"} <= set(r) for r in log["records"]["0"])
+    assert log["live_calls"] == 0 and log["split"] == "test-id"
+    # each seed on its own slice of test-id, the start on the same slices: paired task by task
+    runs = {s: json.loads((tmp_path / f"envace-log-seed{s}" / "result.json").read_text()) for s in (0, 1)}
+    slices = [set(runs[s]["evals"]["test-id"]["outcomes"]) for s in (0, 1)]
+    assert len(slices[0]) == len(slices[1]) == 3 and not slices[0] & slices[1]
+    assert log["test-id"]["episodes"] == arms["untrained"]["test-id"]["episodes"] == 6
+    assert log["paired_vs_start"]["tasks"] == 6 and len(log["paired_vs_start"]["ci95"]) == 2
+    assert log["test"]["episodes"] == 4 and arms["untrained"]["test"]["episodes"] == 2  # the start's test: once
     table = (tmp_path / "table.md").read_text()
-    assert "| envace-log | 1 |" in table
-    # where the failures are: wins/episodes by task kind, the start on train tasks and each arm on test tasks
-    assert sum(n for _, n in report["start_train_by_kind"].values()) == 4
-    assert sum(n for _, n in arms["untrained"]["by_kind"].values()) == 3
-    assert "| task kind | start, train tasks | untrained, test (1 seeds) |" in table
+    assert "| envace-log (2 seeds) |" in table and "paired vs start" in table
     # --resume keeps finished runs: nothing is trained again
     again = bench.main([*argv, "--resume"])
-    assert again["arms"]["envace-log"]["curves"] == arms["envace-log"]["curves"]
+    assert again["arms"]["envace-log"]["records"] == log["records"]
+
+
+def test_a_seed_slice_past_the_pool_is_refused_before_anything_trains(tmp_path):
+    bench = _learning_bench()
+    with pytest.raises(ValueError, match="seed 5 needs"):
+        bench.main(["--policy", "tiny", "--out", str(tmp_path), "--seeds", "5", "--eval-episodes", "96"])
+    assert not (tmp_path / "warm").exists()
+
+
+def test_the_same_greedy_evaluation_gives_the_same_episodes_twice(tmp_path):
+    """The benchmark's evaluation is fixed: the same tasks in the same batches, the engine's cache cleared, so a
+    checkpoint's outcomes (and every generated token) repeat exactly, whatever the engine did before."""
+    from envace_gym.agents.lm.policy import tiny_policy
+
+    bench = _learning_bench()
+    args = bench.parse_args(["--max-new-tokens", "12", "--eval-episodes", "20"])
+    policy = tiny_policy(seed=3)
+    tasks = bench.eval_slice(args, "test-id", 0)
+    first = bench.evaluate_on(policy, args, "test-id", tasks)
+    policy.sampling = policy.sampling.__class__(1.0, 1.0, 12, 7)  # something else in between: sampled episodes
+    bench.collect([bench.env_factory(args, "val")() for _ in range(3)], policy, 5, progress=False)
+    second = bench.evaluate_on(policy, args, "test-id", tasks)
+    assert first["outcomes"] == second["outcomes"] and first["token_digest"] == second["token_digest"]
+    assert len(first["token_digest"]) == 20 and len(set(first["token_digest"].values())) > 1
 
 
 def test_the_warm_start_adapter_round_trips_and_leaves_a_trainable_model(tmp_path):

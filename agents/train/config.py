@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envace_gym.backends.spec import SELF_KINDS
+from envace_gym.rehearsal.prompt import GROUNDINGS
 
 __all__ = [
     "BACKENDS",
@@ -92,7 +93,11 @@ class EnvACEConfig:
     grounding_coef: float = field(default=1.0, metadata={"help": "weight of the grounding loss (--real-fraction)"})
     grounding: str = field(
         default="reference",
-        metadata={"help": "few-shot examples in the simulator prompt: reference (from the task) or none"},
+        metadata={
+            "help": "few-shot real results in the simulator prompt: reference (the task's own reference results), "
+            "log (other train tasks' results from --tool-log, never the task's own; the log then gives no target "
+            "and no fidelity score) or none (no real result in the prompt); each result shown counts as logged"
+        },
     )
     tool_log: str | None = field(
         default=None,
@@ -225,7 +230,7 @@ class EnvACEConfig:
             "backend": BACKENDS,
             "reward": REWARDS,
             "scale_rewards": SCALE_REWARDS,
-            "grounding": ("reference", "none"),
+            "grounding": GROUNDINGS,
             "env_role_reward": ENV_ROLE_REWARDS,
             "on_invalid": ("end", "error_observation"),
         }
@@ -282,6 +287,8 @@ class EnvACEConfig:
             raise ValueError(
                 "--real-fraction grounds the policy's own imagination: it needs --backend self|self-inline"
             )
+        if self.grounding == "log" and not self.tool_log:
+            raise ValueError("--grounding log draws the env role's examples from a tool log: it needs --tool-log")
         if self.tool_log and not self.imagined:
             raise ValueError("--tool-log grounds the policy's own imagination: it needs --backend self|self-inline")
         if self.env_role_reward != "task" and not (self.tool_log or self.real_fraction > 0):

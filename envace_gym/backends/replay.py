@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,6 +95,7 @@ class ToolLog:
     def __init__(self, entries: dict[str, dict[str, Any]], path: Path | None = None) -> None:
         self.entries = entries
         self.path = path
+        self._by_name: dict[str, list[dict[str, Any]]] | None = None  # examples' index, built on first use
 
     @classmethod
     def load(cls, path: str | Path, missing_ok: bool = False) -> ToolLog:
@@ -149,6 +151,19 @@ class ToolLog:
     def get(self, task_id: str, name: str, arguments: dict[str, Any], occurrence: int) -> dict[str, Any] | None:
         """The entry for that call, or None."""
         return self.entries.get(log_key(task_id, name, arguments, occurrence))
+
+    def examples(self, name: str, exclude_task: str, limit: int, key: str) -> list[dict[str, Any]]:
+        """Up to ``limit`` successful logged calls of tool ``name`` from tasks other than ``exclude_task``, as
+        few-shot examples (``{"name", "arguments", "result"}``), drawn reproducibly by ``key``: the env role's
+        ``log`` grounding, which never shows a task its own results."""
+        if self._by_name is None:
+            self._by_name = {}
+            for rec in self.entries.values():
+                if rec.get("ok", True):
+                    self._by_name.setdefault(rec["name"], []).append(rec)
+        candidates = [r for r in self._by_name.get(name, []) if r["task_id"] != exclude_task]
+        picked = random.Random(key).sample(candidates, min(limit, len(candidates)))
+        return [{"name": r["name"], "arguments": r["arguments"], "result": r["payload"]} for r in picked]
 
     @property
     def task_ids(self) -> set[str]:

@@ -18,10 +18,12 @@ from ..tools import ToolSpec
 from .fidelity import result_fidelity
 from .prompt import (
     GROUNDINGS,
+    MAX_EXAMPLES,
     build_simulator_prompt,
     format_execution_result,
     parse_execution_result,
     parse_inline_result,
+    reference_examples,
 )
 from .protocol import MODES, EnvRoleSample, Imaginer, ImagineRequest
 
@@ -52,7 +54,10 @@ class ImaginedBackend:
     Args:
         imaginer: who answers (``imagine(ImagineRequest)``); replaceable, e.g. by a batching imaginer.
         mode: ``"prompted"`` (a simulator prompt per call) or ``"inline"`` (the actor's own context).
-        grounding: ``"reference"`` or ``"none"`` (prompted mode's few-shot examples).
+        grounding: prompted mode's few-shot examples (:data:`~envace_gym.rehearsal.prompt.GROUNDINGS`):
+            ``"reference"`` (the task's own reference results), ``"log"`` (other tasks' results from ``log``;
+            the log is then never looked up for this task's own results: no fidelity score, no target) or
+            ``"none"``. Every real result shown in a prompt is booked as a ``logged`` call.
         max_result_chars: longer answers are unusable.
         real_backend: ``task -> Backend`` for ``state_hash`` (default: the task's registered real backend).
         end_on_failure: mark unusable answers ``fatal`` (the paper's rule).
@@ -91,6 +96,8 @@ class ImaginedBackend:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if grounding not in GROUNDINGS:
             raise ValueError(f"grounding must be one of {GROUNDINGS}, got {grounding!r}")
+        if grounding == "log" and log is None:
+            raise ValueError("grounding='log' draws its examples from a tool log: pass log=ToolLog(...)")
         self.imaginer = imaginer
         self.mode = mode
         self.grounding = grounding
@@ -242,7 +249,7 @@ class ImaginedBackend:
             real = self._shadow.execute(call)
             LEDGER.record("live")
             keep = self._grounding_rng.random() < self.real_fraction
-        elif self.log is not None and self.task is not None:
+        elif self.log is not None and self.task is not None and self.grounding != "log":
             rec = self.log.get(self.task.id, call.name, call.arguments, occurrence)
             if rec is not None:
                 LEDGER.record("logged")  # a recorded real result, used for training, without a live call
@@ -256,10 +263,25 @@ class ImaginedBackend:
             answer = real.to_message_content() if inline else format_execution_result(real.payload())
             sample.target = answer + stop_text
 
+    def _examples(self, call: ToolCall) -> list[dict[str, Any]]:
+        """The few-shot real results the prompt shows for ``call`` under :attr:`grounding`."""
+        assert self.task is not None
+        if self.grounding == "reference":
+            return reference_examples(self.task, call.name)
+        if self.grounding == "log":
+            assert self.log is not None
+            return self.log.examples(call.name, self.task.id, MAX_EXAMPLES, key=f"{self.task.id}/{call.name}")
+        return []
+
     def _request(self, call: ToolCall) -> ImagineRequest:
         assert self.task is not None
         if self.mode == "prompted":
-            prompt = build_simulator_prompt(self.task, call, self._messages, self.tools, self.grounding)
+            examples = self._examples(call)
+            if examples:
+                LEDGER.record("logged", len(examples))  # real results shown to the env role: counted
+            prompt = build_simulator_prompt(
+                self.task, call, self._messages, self.tools, self.grounding, examples=examples
+            )
             return ImagineRequest(prompt, call.name, call.arguments)
         ctx = self.context
         whole = self.task.tools and not self._narrowed  # the task's own schemas, unless offered by turn

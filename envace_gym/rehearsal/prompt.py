@@ -15,7 +15,9 @@ from ..transcript import render_transcript
 __all__ = [
     "SIMULATOR_SYSTEM_PROMPT",
     "GROUNDINGS",
+    "MAX_EXAMPLES",
     "build_simulator_prompt",
+    "reference_examples",
     "parse_execution_result",
     "parse_inline_result",
     "format_execution_result",
@@ -30,13 +32,18 @@ SIMULATOR_SYSTEM_PROMPT = (
     "<execution_result>\n<a non-empty JSON object or array>\n</execution_result>\nand nothing else."
 )
 
-#: ``reference``: few-shot (arguments, result) pairs from the task's reference trajectory; ``none``: no examples.
-GROUNDINGS = ("reference", "none")
+#: The env role's few-shot (arguments, result) examples: ``reference``, from the task's own reference trajectory
+#: (the paper's grounding); ``log``, from a tool log of *other* tasks' real results (``ToolLog.examples``, never
+#: the task's own); ``none``, no example: no real result anywhere in the prompt.
+GROUNDINGS = ("reference", "log", "none")
+#: Examples shown per call at most.
+MAX_EXAMPLES = 3
 
 _RESULT = re.compile(r"<execution_result>(.*?)</execution_result>", re.DOTALL)
 
 
-def _examples(task: Task, tool: str, limit: int) -> list[dict[str, Any]]:
+def reference_examples(task: Task, tool: str, limit: int = MAX_EXAMPLES) -> list[dict[str, Any]]:
+    """The task's reference calls as few-shot examples, calls of ``tool`` first."""
     same = [c for c in task.reference_calls if c.name == tool]
     other = [c for c in task.reference_calls if c.name != tool]
     return [{"name": c.name, "arguments": c.arguments, "result": c.result} for c in (same + other)[:limit]]
@@ -48,14 +55,17 @@ def build_simulator_prompt(
     messages: Sequence[dict[str, Any]],
     specs: Sequence[ToolSpec],
     grounding: str = "reference",
-    max_examples: int = 3,
+    max_examples: int = MAX_EXAMPLES,
+    examples: Sequence[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The prompted-mode simulator prompt (system + user message) for one call."""
+    """The prompted-mode simulator prompt (system + user message) for one call; ``examples``: the few-shot
+    examples to show (default: the task's reference ones where ``grounding == "reference"``, else none)."""
     spec = next((s for s in specs if s.name == call.name), None)
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
     raw = messages[last].get("content", "") if last < len(messages) else ""
     history = list(messages[:last]) + list(messages[last + 1 :])  # later items: this step's earlier results
-    examples = _examples(task, call.name, max_examples) if grounding == "reference" else []
+    if examples is None:
+        examples = reference_examples(task, call.name, max_examples) if grounding == "reference" else []
     current = {"name": call.name, "schema": spec.to_openai()["function"] if spec else None, "arguments": call.arguments}
     parts = [
         # Candidate tools as one signature line each; the current tool's full schema comes below.
