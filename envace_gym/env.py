@@ -98,7 +98,8 @@ class ToolCallEnv(gym.Env[str, str]):
 
     Args:
         suite: a registered suite name (``"builtin"``, ``"builtin/retail"``) or a ``.jsonl`` task file.
-        split: which split :meth:`reset` draws from (``"train"``, ``"test"``); ``None`` for all.
+        split: which split :meth:`reset` draws from (builtin: ``"train"``, ``"val"``, ``"test-id"``, ``"test"``;
+            tau2, BFCL: ``"train"``, ``"test"``); ``None`` for all.
         tasks: tasks to use instead of ``suite`` (a :class:`TaskSuite` or a list of :class:`Task`).
         backend: ``"real"`` (each task's registered real backend), ``"replay:PATH"`` (results from a
             JSONL cache; a miss is an error), ``"cache:PATH"`` (cache first, then the real backend, whose

@@ -11,6 +11,7 @@ from domain_checks import reference_hash, score
 import envace_gym
 from envace_gym.agents.eval.evaluate import evaluate
 from envace_gym.agents.scripted import NoopPolicy, OraclePolicy, RandomPolicy
+from envace_gym.envs.builtin._common import SPLITS
 from envace_gym.rewards import normalize_answer
 from envace_gym.suites import load_suite
 from envace_gym.tasks import TaskSuite
@@ -21,9 +22,9 @@ DOMAINS = envace_gym.BUILTIN_DOMAINS
 def test_mix_size_and_balance():
     mix = load_suite("builtin")
     assert len(mix.filter(split="train")) >= 2000 and len(mix.filter(split="test")) >= 500
-    assert mix.domains == sorted(DOMAINS)
-    # interleaved, so any prefix is a balanced mix
-    assert {t.domain for t in mix.filter(split="test")[: len(DOMAINS)]} == set(DOMAINS)
+    assert mix.domains == sorted(DOMAINS) and mix.splits == sorted(SPLITS)
+    for split in SPLITS:  # interleaved, so any prefix of a split is a balanced mix
+        assert {t.domain for t in mix.filter(split=split)[: len(DOMAINS)]} == set(DOMAINS), split
 
 
 def _strings(value):

@@ -11,6 +11,7 @@ from envace_gym.backends.spec import BackendSpec
 from envace_gym.cli import command_module, command_parser, main, parse
 from envace_gym.cli.common import BackendArgs, ImportArgs, RunArgs, SamplingArgs, adjust_parser, flag_dests
 from envace_gym.cli.sft import SFTArgs, SFTEnvArgs
+from envace_gym.envs.builtin import SPLIT_SIZES
 from envace_gym.suites import load_suite
 
 
@@ -58,7 +59,7 @@ def test_list_json(capsys):
     data = json.loads(out)
     assert "EnvACE-ToolCall-v0" in data["envs"]
     bank = next(s for s in data["suites"] if s["suite"] == "builtin/bank")
-    assert bank["splits"] == {"test": 150, "train": 600}
+    assert bank["splits"] == SPLIT_SIZES
 
 
 def test_user_errors_are_one_line(capsys, tmp_path):

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from envace_gym.cli import list_cmd, main, parse
 from envace_gym.cli.common import env_ids
+from envace_gym.envs.builtin import SPLIT_SIZES
 from envace_gym.suites import SuiteInfo, load_suite, register_suite, register_suite_family, suite_info, suite_names
 from envace_gym.tasks import TaskSuite
 
@@ -66,7 +67,7 @@ def test_info_of_a_suite_registered_without_one_loads_it_and_a_failing_one_is_a_
         "splits": {"train": 3},
     }
     assert rows["test-list-broken/x"]["error"] == "ImportError: no package for x"
-    assert rows["builtin/bank"]["splits"] == {"test": 150, "train": 600}  # the others are still listed
+    assert rows["builtin/bank"]["splits"] == SPLIT_SIZES  # the others are still listed
 
 
 def test_the_table_shows_every_suite_name_and_env_id_in_full_at_80_columns():
@@ -82,7 +83,8 @@ def test_the_table_shows_every_suite_name_and_env_id_in_full_at_80_columns():
     names = [line.split()[0] for line in lines if line.split() and line.split()[0] in {r["suite"] for r in rows}]
     assert names == [r["suite"] for r in rows]  # one line each, in order, never cut or wrapped
     bank = next(line for line in lines if line.split()[:1] == ["builtin/bank"])
-    assert bank.split() == ["builtin/bank", "750", "600", "150", "bank"]  # tasks, train, test, domains
+    sizes = [str(SPLIT_SIZES[s]) for s in list_cmd.SPLIT_ORDER]  # train, val, test-id, test
+    assert bank.split() == ["builtin/bank", str(sum(SPLIT_SIZES.values())), *sizes, "bank"]
 
 
 LIST_IN_A_FRESH_PROCESS = """

@@ -1,9 +1,11 @@
 """Grounding the env role on a recorded tool log (issue 19): targets and fidelity only where the log has the
-call, the fidelity score itself, env_role_reward touching env-role rows only, and no test-split log."""
+call, the fidelity score itself, env_role_reward touching env-role rows only, and no log with a task outside
+the train split."""
 
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -100,20 +102,23 @@ def test_env_role_reward_fidelity_changes_only_env_role_rows():
         build_samples(trajs, groups, rewards, env_role_reward="judge")
 
 
-def test_a_log_with_a_test_split_task_is_refused(tmp_path):
+@pytest.mark.parametrize("split", ["val", "test-id", "test"])
+def test_a_log_with_a_task_of_another_split_than_train_is_refused(tmp_path, split):
     from envace_gym.agents.lm.policy import tiny_policy
     from envace_gym.agents.train.config import EnvACEConfig
     from envace_gym.agents.train.envace import EnvACETrainer
 
     suite = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank").unwrapped.suite
-    test_task = next(t for t in suite if t.split == "test" and t.reference_calls)
+    held_out = next(t for t in suite if t.split == split and t.reference_calls)
     train_task = next(t for t in suite if t.split == "train" and t.reference_calls)
     path = tmp_path / "leak.jsonl"
-    ToolLog.from_reference([train_task, test_task], path)
+    ToolLog.from_reference([train_task, held_out], path)
     make = lambda: gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")  # noqa: E731
     cfg = EnvACEConfig(backend="self", tool_log=str(path), steps=1, tasks_per_step=1, group_size=1)
-    with pytest.raises(ValueError, match="test-split task"):
+    with pytest.raises(ValueError, match=re.escape(f"1 task(s) of the {split} split (e.g. '{held_out.id}')")):
         EnvACETrainer(tiny_policy(seed=0), make, cfg, progress=False)
+    ToolLog.from_reference([train_task], path)  # a train-only log is taken
+    assert EnvACETrainer(tiny_policy(seed=0), make, cfg, progress=False).tool_log.task_ids == {train_task.id}
     with pytest.raises(ValueError, match="--tool-log"):
         EnvACEConfig(backend="real", tool_log="reference")
     with pytest.raises(ValueError, match="--env-role-reward"):

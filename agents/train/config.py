@@ -105,7 +105,8 @@ class EnvACEConfig:
             "help": "ground the env role on a recorded tool log, with no live call: 'reference' (written from the "
             "train split's reference trajectories to OUT/tool_log.jsonl) or a replay-cache JSONL recorded on the "
             "train split (e.g. with --backend cache:PATH); an imagined call the log holds gets a fidelity score "
-            "and, with --log-targets, a supervised target; a log holding a test-split task is refused"
+            "and, with --log-targets, a supervised target; a log holding a task of another split (val, test-id, "
+            "test) is refused"
         },
     )
     log_targets: bool = field(

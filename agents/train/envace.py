@@ -219,18 +219,19 @@ class EnvACETrainer:
 
     def _load_tool_log(self, suite: Any) -> ToolLog:
         """The env role's grounding log (``--tool-log``): written from the train pool's reference trajectories
-        (``reference``), or read from a file, which must hold no task of the test split."""
+        (``reference``), or read from a file, which must hold no task of another split (val, test-id, test)."""
         if self.cfg.tool_log == "reference":
             # Rank 0 keeps a copy in the run folder; every rank builds the same log in memory.
             keep = self.out is not None and self.is_main
             return ToolLog.from_reference(self.pool, self.out / "tool_log.jsonl" if keep else None)
         log = ToolLog.load(self.cfg.tool_log)
-        test_ids = {t.id for t in suite if t.split == "test"}
-        leaked = sorted(log.task_ids & test_ids)
+        held_out = {t.id: t.split for t in suite if t.split != "train"}
+        leaked = sorted(log.task_ids & held_out.keys())
         if leaked:
+            splits = ", ".join(sorted({held_out[i] for i in leaked}))
             raise ValueError(
-                f"{self.cfg.tool_log}: the tool log holds {len(leaked)} test-split task(s) (e.g. {leaked[0]!r}); "
-                "a log used for training must be recorded on the train split"
+                f"{self.cfg.tool_log}: the tool log holds {len(leaked)} task(s) of the {splits} split "
+                f"(e.g. {leaked[0]!r}); a log used for training must hold only train-split tasks"
             )
         return log
 

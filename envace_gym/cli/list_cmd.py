@@ -17,8 +17,9 @@ from .common import ImportArgs, env_ids
 
 __all__ = ["CONFIGS", "ListArgs", "render", "rows", "run"]
 
-#: Split columns shown first, in this order; any other split gets a column after them.
-SPLIT_ORDER = ("train", "test")
+#: Split columns shown first, in this order (the builtin suites' splits; tau2's and BFCL's are train and test);
+#: any other split gets a column after them.
+SPLIT_ORDER = ("train", "val", "test-id", "test")
 
 
 @dataclass

@@ -622,5 +622,6 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
 
 
 def generate(split: str, count: int, exclude: Sequence[Task] = ()) -> list[Task]:
-    """``count`` deterministic tasks of ``split`` ("train" or "test")."""
+    """``count`` deterministic tasks of ``split`` (one of ``_common.SPLITS``), none overlapping ``exclude``
+    (``_common.generate_tasks``)."""
     return generate_tasks(DOMAIN, split, count, [k for k, _, _ in _KINDS], [w for _, _, w in _KINDS], _make, exclude)

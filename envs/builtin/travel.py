@@ -882,6 +882,7 @@ def _make(kind: str, rng: random.Random, split: str, task_id: str) -> Task:
 
 
 def generate(split: str, count: int, exclude: Sequence[Task] = ()) -> list[Task]:
-    """``count`` deterministic tasks of ``split`` ("train" or "test"), each with its own small world."""
+    """``count`` deterministic tasks of ``split`` (one of ``_common.SPLITS``), none overlapping ``exclude``
+    (``_common.generate_tasks``), each with its own small world."""
     kinds, weights = zip(*_KINDS, strict=True)
     return generate_tasks(DOMAIN, split, count, kinds, weights, _make, exclude)
