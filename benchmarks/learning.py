@@ -29,8 +29,8 @@ difference averages each task over seeds.
 (rewards, ``trained_rows``, ``groups_with_spread``, ``rollout_s``, ``update_s``, live / logged / diagnostic /
 verifier calls...) and every evaluation episode's outcome by task id. ``results.json`` aggregates them;
 ``table.md`` and ``learning.png`` are written from it, and ``--write-docs RESULTS.json`` renders the docs'
-tables from a kept one. ``--resume`` keeps finished runs (and continues a full-weight arm from its newest
-checkpoint; a LoRA arm cut short starts over).
+tables from a kept one. ``--resume`` keeps finished runs and continues an arm cut short from its newest
+checkpoint (LoRA arms from its adapter file, over the same start).
 
     python benchmarks/learning.py                                        # the default run
     python benchmarks/learning.py --eval-split val --arms untrained,grpo-real --seeds 0   # go/no-go on val
@@ -80,7 +80,7 @@ ARMS: dict[str, dict[str, Any] | None] = {
 #: The arms whose env role's answers reach the actor: the sim-to-real diagnostic applies to them.
 IMAGINED = {name for name, arm in ARMS.items() if arm and arm["backend"] in ("self", "simulator")}
 
-#: Steps between an arm's checkpoints: what a full-weight run cut short loses at most under ``--resume``.
+#: Steps between an arm's checkpoints: what a run cut short loses at most under ``--resume``.
 SAVE_EVERY = 5
 
 #: Evaluation episodes run in lockstep: fixed, so a task's greedy outcome does not depend on the machine.
@@ -231,7 +231,7 @@ def arm_config(name: str, args, seed: int) -> EnvACEConfig:
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         seed=seed,
-        # A checkpoint every few steps (only the newest kept): a full-weight arm cut short goes on under --resume.
+        # A checkpoint every few steps (only the newest kept): an arm cut short goes on under --resume.
         save_every=min(SAVE_EVERY, args.steps),
         keep_last=1,
         log_trajectories_every=0,
@@ -247,8 +247,7 @@ def run_arm(name: str, start: str, args, seed: int, first_seed: int = 0) -> dict
     if ARMS[name] is not None:
         cfg = arm_config(name, args, seed)
         out = Path(args.out) / f"{name}-seed{seed}"
-        # LoRA checkpoints hold merged weights, which cannot resume the adapters: such an arm starts over.
-        resume = args.resume and not cfg.lora and latest_checkpoint(out) is not None
+        resume = args.resume and latest_checkpoint(out) is not None  # an arm cut short: on from its checkpoint
         if resume:
             print(f"{name}-seed{seed}: resuming from {latest_checkpoint(out).name}", flush=True)
         trainer = EnvACETrainer(policy, env_factory(args, "train"), cfg, out, progress=False, resume=resume)

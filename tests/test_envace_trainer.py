@@ -94,9 +94,13 @@ def _strip(record: dict) -> dict:
     return {k: v for k, v in record.items() if not k.endswith("_s") and k != "tokens_per_s"}
 
 
-def test_resume_gives_the_same_metrics_and_weights_as_an_uninterrupted_run(toy, tmp_path):
+@pytest.mark.parametrize("lora", [False, True])
+def test_resume_gives_the_same_metrics_and_weights_as_an_uninterrupted_run(toy, tmp_path, lora):
+    """Full weights, or LoRA adapters (resumed from the checkpoint's adapter file over the run's start)."""
     make, start, _ = toy
-    cfg = _config(backend="real", steps=3, group_size=4, tasks_per_step=2, save_every=1, keep_last=5)
+    cfg = _config(backend="real", steps=3, group_size=4, tasks_per_step=2, save_every=1, keep_last=5, lora=lora)
+    if lora:
+        cfg = dataclasses.replace(cfg, lr=1e-2)  # adapters start at zero: a rate that moves them in 3 steps
     EnvACETrainer(_fresh(start), make, cfg, tmp_path / "a", progress=False).train()
     short = dataclasses.replace(cfg, steps=2)
     EnvACETrainer(_fresh(start), make, short, tmp_path / "b", progress=False).train()
@@ -114,6 +118,9 @@ def test_resume_gives_the_same_metrics_and_weights_as_an_uninterrupted_run(toy, 
     s = load_file(tmp_path / "a" / "ckpt-1" / "model.safetensors")
     assert any(not torch.equal(a[k], s[k]) for k in a)  # the weights did move
     assert (tmp_path / "b" / "learning_curve.png").stat().st_size > 0
+    if lora:
+        a, b = (load_file(tmp_path / d / "ckpt-3" / "adapter.safetensors") for d in "ab")
+        assert a and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 class _WrongBalance(RealResultImaginer):

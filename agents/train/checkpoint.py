@@ -42,6 +42,8 @@ SCHEDULER_JSON = "scheduler.json"
 RNG_TENSORS = "rng.safetensors"
 RNG_JSON = "rng.json"
 CONFIG_TOML = "config.toml"
+#: A LoRA run's adapter weights (peft's state dict), beside the merged model: what its resume loads.
+ADAPTER_TENSORS = "adapter.safetensors"
 
 _CKPT_RE = re.compile(rf"^{re.escape(CKPT_PREFIX)}(\d+)$")
 # Temporary folders: ``.ckpt-N.tmp-PID`` while saving, ``.ckpt-N.old-PID`` while deleting.
@@ -238,6 +240,7 @@ def save_checkpoint(
     config_toml: str,
     state: dict[str, Any] | None = None,
     keep_last: int | None = 3,
+    adapter: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write ``out_dir/ckpt-{step}/`` atomically and return its path.
 
@@ -245,7 +248,8 @@ def save_checkpoint(
     ``"step"`` key in it. ``tokenizer``, ``optimizer`` and ``scheduler`` may be ``None`` (their files are then
     absent). An existing ``ckpt-{step}`` is replaced. After the save, only the newest ``keep_last`` complete
     checkpoints are kept (``None``: all; the one just written is always kept) and temporary folders left by
-    crashed saves are removed.
+    crashed saves are removed. ``adapter``: a LoRA run's adapter weights, kept as :data:`ADAPTER_TENSORS`
+    (``model`` is then the merged model, which loads without peft).
     """
     if keep_last is not None and keep_last < 1:
         raise ValueError(f"keep_last must be >= 1 or None, got {keep_last}")
@@ -269,6 +273,8 @@ def save_checkpoint(
     tmp.mkdir()
     try:
         model.save_pretrained(tmp, safe_serialization=True)
+        if adapter is not None:
+            save_file({k: v.detach().contiguous().cpu() for k, v in adapter.items()}, str(tmp / ADAPTER_TENSORS))
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if optimizer is not None:
@@ -319,8 +325,10 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: Any = None,
     restore_rng: bool = True,
+    load_weights: bool = True,
 ) -> dict[str, Any]:
     """Restore weights in place (and optimizer, scheduler, RNG states); return the trainer state dict.
+    ``load_weights=False``: everything but the weights (a LoRA run loads its adapter instead).
 
     The returned dict is the ``state`` given at save time plus ``"step"``. Raises :class:`FileNotFoundError`
     for a missing folder and :class:`ValueError` for an incomplete one or weights that do not fit ``model``
@@ -336,16 +344,17 @@ def load_checkpoint(
             raise ValueError(f"{path}: the checkpoint has no {name}")
     trainer_state = _read_json(path / TRAINER_STATE)
 
-    weights = _load_weights(path)
-    try:
-        result = model.load_state_dict(weights, strict=False)
-    except RuntimeError as exc:  # shape mismatches: the checkpoint is for another architecture
-        raise ValueError(f"{path}: weights do not fit the model: {str(exc).splitlines()[0]}") from None
-    missing = _tied_to_loaded(model, list(result.missing_keys), set(weights))
-    if missing or result.unexpected_keys:
-        raise ValueError(
-            f"{path}: weights do not fit the model (missing {missing[:5]}, unexpected {result.unexpected_keys[:5]})"
-        )
+    if load_weights:
+        weights = _load_weights(path)
+        try:
+            result = model.load_state_dict(weights, strict=False)
+        except RuntimeError as exc:  # shape mismatches: the checkpoint is for another architecture
+            raise ValueError(f"{path}: weights do not fit the model: {str(exc).splitlines()[0]}") from None
+        missing = _tied_to_loaded(model, list(result.missing_keys), set(weights))
+        if missing or result.unexpected_keys:
+            raise ValueError(
+                f"{path}: weights do not fit the model (missing {missing[:5]}, unexpected {result.unexpected_keys[:5]})"
+            )
 
     if optimizer is not None:
         optimizer.load_state_dict(_load_tree(path / OPTIMIZER_JSON, path / OPTIMIZER_TENSORS))

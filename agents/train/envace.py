@@ -59,6 +59,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.engine import SamplingConfig
@@ -72,7 +73,7 @@ from envace_gym.compose import rehearse
 from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal.prompt import is_result_shaped
 
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import ADAPTER_TENSORS, latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import EnvACEConfig, config_to_toml, default_lr
 from .distributed import full_state_dict, idle_loss, make_accelerator, place_model, uses_fsdp
 from .logprobs import TokenLogprobs
@@ -137,8 +138,6 @@ class EnvACETrainer:
         if self.fsdp and (cfg.lora or resume):
             raise ValueError("--lora and --resume are not supported under FSDP yet (use DDP: no fsdp_config)")
         if cfg.lora:
-            if resume:
-                raise ValueError("--resume is not supported with --lora yet (checkpoints hold merged weights)")
             from .sft import _apply_lora
 
             self.model = _apply_lora(policy, cfg)  # injects adapters in place: the engine generates with them
@@ -241,7 +240,15 @@ class EnvACETrainer:
         ckpt = latest_checkpoint(self.out)
         if ckpt is None:
             raise ValueError(f"{self.out}: no complete checkpoint to resume from")
-        state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler)
+        # A LoRA run resumes its adapters over the policy it was given, which must be the run's start (the
+        # checkpoint's model holds the merged weights, for loading without peft).
+        state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler, load_weights=not self.cfg.lora)
+        if self.cfg.lora:
+            from peft import set_peft_model_state_dict
+
+            if not (ckpt / ADAPTER_TENSORS).is_file():
+                raise ValueError(f"{ckpt}: a LoRA run's checkpoint without {ADAPTER_TENSORS}: cannot resume it")
+            set_peft_model_state_dict(self.model, load_file(str(ckpt / ADAPTER_TENSORS)))
         self.step_done = int(state["step"])
         totals = None
         if self.is_main:
@@ -563,6 +570,11 @@ class EnvACETrainer:
             # The unwrapped weights (self.model; under FSDP, generation's whole copy of them). Under LoRA a
             # merged copy is saved (it loads without peft); training goes on with the adapters.
             model = copy.deepcopy(self.model).merge_and_unload() if self.cfg.lora else self.model
+            adapter = None
+            if self.cfg.lora:  # the adapters too: what a resume loads over the run's start
+                from peft import get_peft_model_state_dict
+
+                adapter = get_peft_model_state_dict(self.model)
             model = self.policy.model if self.fsdp else model
             path = save_checkpoint(
                 self.out,
@@ -574,6 +586,7 @@ class EnvACETrainer:
                 config_to_toml(self.cfg),
                 state={"policy": self.policy.name},
                 keep_last=self.cfg.keep_last,
+                adapter=adapter,
             )
         self.accelerator.wait_for_everyone()
         return path
