@@ -374,18 +374,22 @@ def table(results: dict[str, Any]) -> str:
 def cost_table(results: dict[str, Any]) -> str:
     """Where a run's steps went: time, tokens, rows trained, groups whose rewards differed."""
     lines = [
-        "| arm | train time per run | rollout / update per step | tokens per run | trained rows per run "
-        "| groups with spread |",
+        "| arm | train time per run | per step: rollout (prefill + decode) / update | tokens per run "
+        "| trained rows per run | groups with spread |",
         "|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         recs = [rec for seed in r["records"].values() for rec in seed]
         if not recs:
             continue
-        roll = sum(x["rollout_s"] for x in recs) / len(recs)
-        upd = sum(x["update_s"] for x in recs) / len(recs)
+        mean = {k: sum(x.get(k, 0.0) for x in recs) / len(recs) for k in ("rollout_s", "update_s")}
+        mean.update({k: sum(x.get(k, 0.0) for x in recs) / len(recs) for k in ("rollout_prefill_s", "rollout_decode_s")})
+        per_step = (
+            f"{mean['rollout_s']:.0f} s ({mean['rollout_prefill_s']:.0f} + {mean['rollout_decode_s']:.0f}) / "
+            f"{mean['update_s']:.0f} s"
+        )
         lines.append(
-            f"| {name} | {r['train_s'] / 60:.1f} min | {roll:.0f} s / {upd:.0f} s | {r['tokens']:,.0f} | "
+            f"| {name} | {r['train_s'] / 60:.1f} min | {per_step} | {r['tokens']:,.0f} | "
             f"{r['trained_rows']:,.0f} | {r['groups_with_spread']:.0f} of {r['groups']:.0f} |"
         )
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -83,13 +84,17 @@ class _EngineBase:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_token_ids[0]
         self.bf16 = bf16
         # reused_tokens: cached tokens not encoded again; repacked_tokens: those of them copied into a new batch
-        # cache (a call that continues the previous call's batch copies none).
-        self.stats = {
+        # cache (a call that continues the previous call's batch copies none). prefill_s / decode_s: wall time
+        # in encoding the prompts (cache packing included) and in the token-by-token loop: where a rollout's
+        # time goes.
+        self.stats: dict[str, float] = {
             "prompt_tokens": 0,
             "reused_tokens": 0,
             "repacked_tokens": 0,
             "generated_tokens": 0,
             "prefix_tokens": 0,
+            "prefill_s": 0.0,
+            "decode_s": 0.0,
         }
 
     def drop(self, key: str) -> None:
@@ -198,6 +203,7 @@ class HFEngine(_EngineBase):
         if generator is None and sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
         generator = self._on_device(generator)
+        started = time.perf_counter()
         live = self._live_batch(keys, prompts)
         if live is not None:
             reused: list[_CacheEntry | _LiveRow | None] = [self._caches.pop(k) for k in keys]
@@ -223,6 +229,8 @@ class HFEngine(_EngineBase):
             **{self._cache_kw: past},
         )
         logits = out.logits[:, -1, :]
+        decoding = time.perf_counter()
+        self.stats["prefill_s"] += decoding - started
         n = len(prompts)
         gen_ids: list[list[int]] = [[] for _ in range(n)]
         gen_lps: list[list[float]] = [[] for _ in range(n)]
@@ -261,6 +269,7 @@ class HFEngine(_EngineBase):
             )
             logits = out.logits[:, -1, :]
             next_pos = next_pos + active.long()
+        self.stats["decode_s"] += time.perf_counter() - decoding
 
         # The cache holds each prompt plus every generated token except the last (never fed back).
         cached_ids = [list(p) + g[:-1] for p, g in zip(prompts, gen_ids, strict=True)]

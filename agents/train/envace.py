@@ -476,6 +476,8 @@ class EnvACETrainer:
     def step(self, step: int) -> dict[str, Any]:
         """Rollout, score, samples, update: one training step; returns its metrics record."""
         before = LEDGER.snapshot()
+        engine = getattr(self.policy.engine, "stats", {})  # an engine without timers (vLLM) reports 0
+        engine_before = {k: engine.get(k, 0.0) for k in ("prefill_s", "decode_s")}
         t0 = time.monotonic()
         trajs, groups = self.rollout(step)
         rewards = self.score(trajs)
@@ -501,6 +503,9 @@ class EnvACETrainer:
         # Summed over ranks (each rank draws again on its own), so every rank writes the same record.
         record["rollout_batches"] = int(self._sum(batches))
         record["groups_with_spread"] = int(self._sum(len(spread)))
+        # where the rollout's time went (this rank's engine): encoding prompts vs decoding token by token
+        for key, then in engine_before.items():
+            record[f"rollout_{key}"] = round(engine.get(key, 0.0) - then, 2)
         if real is not None:
             record["sim_to_real_s"] = round(t2 - t1, 2)
         for name in CALL_METRICS.values():
