@@ -382,8 +382,8 @@ def cost_table(results: dict[str, Any]) -> str:
         recs = [rec for seed in r["records"].values() for rec in seed]
         if not recs:
             continue
-        mean = {k: sum(x.get(k, 0.0) for x in recs) / len(recs) for k in ("rollout_s", "update_s")}
-        mean.update({k: sum(x.get(k, 0.0) for x in recs) / len(recs) for k in ("rollout_prefill_s", "rollout_decode_s")})
+        keys = ("rollout_s", "update_s", "rollout_prefill_s", "rollout_decode_s")
+        mean = {k: sum(x.get(k, 0.0) for x in recs) / len(recs) for k in keys}
         per_step = (
             f"{mean['rollout_s']:.0f} s ({mean['rollout_prefill_s']:.0f} + {mean['rollout_decode_s']:.0f}) / "
             f"{mean['update_s']:.0f} s"
