@@ -74,15 +74,11 @@ def test_the_repeated_throughput_table_is_the_scripts_rendering_of_the_kept_json
     assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| 1", "| 4", "| 16"]
 
 
-def test_the_learning_table_is_the_scripts_rendering_of_the_kept_json(monkeypatch):
-    learning = _load("learning")
-    written = {}
-    monkeypatch.setattr(sys.modules["_docs"], "write_block", lambda page, name, text: written.update({name: text}))
-    names = ["learning_cpu_2026-12-04.json", "learning_cpu_2026-12-05.json", "learning_cpu_rehearsal_2026-12-05.json"]
-    table = learning.write_docs([str(ROOT / "docs" / name) for name in names])  # an arm in two files: the later
-    assert table == written["learning-cpu"] == _block("learning.md", "learning-cpu")
-    arms = [line.split(" | ")[0] for line in table.splitlines()[2:]]
-    assert arms == ["| untrained", "| envace-log", "| envace-log-rehearsal", "| grpo-real"]
+def test_the_warm_start_table_is_the_scripts_rendering_of_the_kept_json():
+    warm_start = _load("warm_start")
+    rows = json.loads((ROOT / "docs" / "warm_start_2026-12-06.json").read_text())["rows"]
+    assert warm_start.table(rows) == _block("learning.md", "warm-start")
+    assert [r["scale"] for r in rows] == sorted((r["scale"] for r in rows), reverse=True)
 
 
 def test_the_env_step_block_is_in_the_scripts_format():
