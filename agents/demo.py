@@ -3,19 +3,20 @@
 The learning benchmark's imagination-only recipe (:mod:`envace_gym.agents.recipe`) in miniature, on
 ``builtin/bank`` tasks that need one or two calls (look an account up, then act on the id it returned):
 
-1. warm start: the LoRA adapter shipped in the package (``make warm-adapter`` reproduces it), or, for
-   another model or ``--warm sft``, ``--warm-steps`` steps of supervised training of both roles;
-2. evaluate on test tasks **with the real backends** (greedy), and measure the env role's fidelity;
+1. warm start: the LoRA adapter shipped in the package merged at the recipe's scale (``make warm-adapter``
+   reproduces the adapter), or, for another model or ``--warm sft``, ``--warm-steps`` supervised steps;
+2. evaluate on held-out ``test-id`` tasks (the train split's phrasings, tasks never trained on) **with the
+   real backends** (greedy), and measure the env role's fidelity;
 3. EnvACE training **under imagination**: every training tool result is written by the model itself, its
-   env role grounded on a tool log of the train split's reference results; **no live tool call**
-   (``live_calls`` is counted, and printed); the sim-to-real diagnostic replays each imagined episode's
-   actions on the real backend to show how far imagined and real rewards agree (counted apart); the table
-   says how many training rows had a learning signal (a group whose rewards all agree has none;
-   ``--rl-filter-groups N`` draws more tasks while no group's rewards differ);
-4. evaluate and measure fidelity again, on the same test tasks;
+   env role shown the task's reference results as examples (each one counted as a logged result); **no
+   live tool call** (``live_calls`` is counted, and printed); the sim-to-real diagnostic replays each
+   imagined episode's actions on the real backend (counted apart); per step, how many groups had rewards
+   that differ (the only ones GRPO learns from);
+4. evaluate and measure fidelity again, on the same tasks: the paired per-task difference with its
+   bootstrap 95% interval is the figure;
 5. write ``runs/demo-<time>/``: trajectories (JSONL), metrics (JSON), a before/after plot with the learning
    curve, a transcript of one imagined (training) and one real (evaluation) episode, the checkpoint, and
-   print the before/after table with 95% intervals and the live-call count.
+   print the before/after table.
 
 Every budget is a count (steps, episodes), never minutes: a busy machine makes the demo slower, not smaller.
 """
@@ -33,7 +34,7 @@ import gymnasium as gym
 from envace_gym.agents import recipe
 from envace_gym.agents.eval.evaluate import evaluate
 from envace_gym.agents.eval.fidelity import fidelity_report
-from envace_gym.agents.eval.stats import wilson_interval
+from envace_gym.agents.eval.stats import paired_bootstrap, wilson_interval
 from envace_gym.agents.lm.device import resolve_device
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
@@ -62,17 +63,21 @@ class DemoConfig:
     )
     warm_steps: int = field(default=60, metadata={"help": "supervised warm-start steps (--warm sft)"})
     episodes: int = field(
-        default=32, metadata={"help": "test episodes per evaluation (the same tasks before and after)"}
+        default=48, metadata={"help": "test-id episodes per evaluation (the same tasks before and after)"}
     )
     batch_size: int = field(default=16, metadata={"help": "envs stepped in lockstep"})
     max_turns: int = field(default=3, metadata={"help": "assistant messages per episode before truncation"})
-    max_new_tokens: int = field(default=64, metadata={"help": "tokens generated per LM turn at most"})
+    max_new_tokens: int = field(
+        default=recipe.RL_SETTINGS["max_new_tokens"], metadata={"help": "tokens generated per LM turn at most"}
+    )
     sft_examples: int = field(default=400, metadata={"help": "train tasks whose reference trajectories are learned"})
     lr: float = field(default=1e-4, metadata={"help": "warm-start learning rate"})
-    rl_steps: int = field(default=8, metadata={"help": "EnvACE training steps under imagination"})
-    rl_tasks: int = field(default=2, metadata={"help": "train tasks per EnvACE step"})
-    rl_group: int = field(default=4, metadata={"help": "episodes per task (the GRPO group)"})
-    rl_lr: float = field(default=2e-5, metadata={"help": "EnvACE learning rate"})
+    rl_steps: int = field(default=6, metadata={"help": "EnvACE training steps under imagination"})
+    rl_tasks: int = field(default=recipe.RL_SETTINGS["tasks_per_step"], metadata={"help": "train tasks per step"})
+    rl_group: int = field(
+        default=recipe.RL_SETTINGS["group_size"], metadata={"help": "episodes per task (the GRPO group)"}
+    )
+    rl_lr: float = field(default=recipe.RL_SETTINGS["lr"], metadata={"help": "EnvACE learning rate (LoRA)"})
     rl_filter_groups: int = field(
         default=0,
         metadata={
@@ -125,9 +130,13 @@ def _make_envs(cfg: DemoConfig, split: str, n: int) -> list[gym.Env]:
     return [gym.make("EnvACE-ToolCall-v0", tasks=pool, split=split, max_turns=cfg.max_turns) for _ in range(n)]
 
 
+#: Where the demo evaluates: held-out tasks in the train split's phrasings (what RL on train tasks can reach).
+EVAL_SPLIT = "test-id"
+
+
 def _evaluate(policy: LMPolicy, cfg: DemoConfig, desc: str) -> tuple[list[Trajectory], dict[str, Any]]:
-    """The same ``cfg.episodes`` test tasks every time (the pool's seeded evaluation order), real backends."""
-    envs = _make_envs(cfg, "test", min(cfg.batch_size, cfg.episodes))
+    """The same ``cfg.episodes`` test-id tasks every time (the pool's seeded evaluation order), real backends."""
+    envs = _make_envs(cfg, EVAL_SPLIT, min(cfg.batch_size, cfg.episodes))
     report = evaluate(envs, policy, cfg.episodes, seed=cfg.seed, desc=desc)
     trajs = report.trajectories
     summary = report.summary()
@@ -145,7 +154,7 @@ def _pct(x: float | None) -> str:
 def _fidelity(policy: LMPolicy, cfg: DemoConfig) -> dict[str, Any]:
     """The env role's fidelity on oracle episodes of test tasks, with the reference examples in its prompt
     (as in training) and without them."""
-    factory = lambda: _make_envs(cfg, "test", 1)[0]  # noqa: E731
+    factory = lambda: _make_envs(cfg, EVAL_SPLIT, 1)[0]  # noqa: E731
     out = {}
     for grounding in ("reference", "none"):
         report = fidelity_report(factory, {"self": policy}, cfg.fidelity_episodes, seed=cfg.seed, grounding=grounding)
@@ -153,10 +162,22 @@ def _fidelity(policy: LMPolicy, cfg: DemoConfig) -> dict[str, Any]:
     return out
 
 
-def _table(before: dict[str, Any], after: dict[str, Any], fid: tuple[dict, dict], calls: dict[str, int]):
+def _paired(before: list[Trajectory], after: list[Trajectory]) -> dict[str, Any]:
+    """After minus before on each task (the same tasks, greedy): mean and bootstrap 95% interval."""
+    was = {t.episode.task_id: int(t.success) for t in before}
+    return paired_bootstrap([int(t.success) - was[t.episode.task_id] for t in after if t.episode.task_id in was])
+
+
+def _table(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    fid: tuple[dict, dict],
+    calls: dict[str, int],
+    paired: dict[str, Any],
+):
     from rich.table import Table
 
-    table = Table(title="Test tasks, real backends: warm start -> + EnvACE training under imagination")
+    table = Table(title=f"{EVAL_SPLIT} tasks, real backends: warm start -> + EnvACE training under imagination")
     for col in ("", "warm start", "+ EnvACE (imagination only)"):
         table.add_column(col, justify="left" if not col else "right")
 
@@ -168,36 +189,44 @@ def _table(before: dict[str, Any], after: dict[str, Any], fid: tuple[dict, dict]
         return f"{_pct(f['reference']['exact_match'])} / {_pct(f['none']['exact_match'])}"
 
     table.add_row("success (95% CI)", ci(before), ci(after))
+    lo, hi = paired["ci95"]
+    table.add_row(
+        "paired difference, same tasks (95% CI; won/lost)",
+        "",
+        f"{100 * paired['mean']:+.1f} points ({100 * lo:+.1f} to {100 * hi:+.1f}; {paired['won']}/{paired['lost']})",
+    )
     table.add_row("valid calls", _pct(before["valid_call_rate"] or 0.0), _pct(after["valid_call_rate"] or 0.0))
     table.add_row("calls per episode", f"{before['calls_per_episode']:.1f}", f"{after['calls_per_episode']:.1f}")
     table.add_row("actor turns holding a tool result", _pct(before["result_shaped"]), _pct(after["result_shaped"]))
     table.add_row("env role exact match, with / without examples", exact(fid[0]), exact(fid[1]))
     table.add_row("live tool calls during training", "", f"{calls['live_calls']:,}")
-    table.add_row("logged results used (train-split log)", "", f"{calls['logged_calls_used']:,}")
+    table.add_row("real results shown to the env role (logged)", "", f"{calls['logged_calls_used']:,}")
     table.add_row("training rows with a learning signal", "", f"{calls['trained_rows']:,}")
+    table.add_row("groups whose rewards differ", "", f"{calls['groups_with_spread']:,} of {calls['groups']:,}")
     return table
 
 
-def _plot(path: Path, before: dict[str, Any], after: dict[str, Any], records: list[dict[str, Any]]) -> None:
+def _plot(path: Path, before: dict[str, Any], after: dict[str, Any], records: list[dict[str, Any]], group: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     names, stats = ["warm start", "+ EnvACE\n(imagination only)"], [before, after]
     rates = [s["success_rate"] for s in stats]
     err = [[r - s["success_ci"][0] for r, s in zip(rates, stats, strict=True)]]
     err.append([s["success_ci"][1] - r for r, s in zip(rates, stats, strict=True)])
     ax1.bar(names, rates, yerr=err, capsize=6, color=["tab:gray", "tab:blue"])
     ax1.set_ylim(0, 1)
-    ax1.set_title("test success, real backends (95% Wilson)")
+    ax1.set_title(f"{EVAL_SPLIT} success, real backends (95% Wilson)")
     steps = [r["step"] for r in records]
     ax2.plot(steps, [r["reward_actor"] for r in records], marker="o", label="training reward (imagined results)")
     if records and records[0].get("real_reward_imagined") is not None:
         ax2.plot(steps, [r["real_reward_imagined"] for r in records], marker="x", ls=":",
                  label="same actions replayed on the real backend")  # fmt: skip
-    ax2.plot(steps, [r.get("fidelity_env_role") or 0.0 for r in records], marker=".", label="env-role fidelity")
+    ax2.plot(steps, [r["groups_with_spread"] / max(1, r["n_actor"] // group) for r in records], marker=".",
+             label="share of groups whose rewards differ")  # fmt: skip
     live = sum(r.get("live_calls") or 0 for r in records)
     ax2.set_title(f"EnvACE under imagination ({live} live tool calls)")
     ax2.set_xlabel("step")
@@ -226,9 +255,10 @@ def _warm_start(policy: LMPolicy, cfg: DemoConfig, run_dir: Path) -> dict[str, A
         return {"warm": "none", "steps": 0, "seconds": 0.0}
     if mode == "adapter":
         t0 = time.monotonic()
-        recipe.load_warm_adapter(policy)
+        recipe.load_warm_adapter(policy, scale=recipe.WARM_SCALE)
         info = json.loads((recipe.WARM_ADAPTER / "warm_start.json").read_text())
-        return {"warm": "adapter", "steps": info["summary"]["steps"], "seconds": round(time.monotonic() - t0, 1)}
+        seconds = round(time.monotonic() - t0, 1)
+        return {"warm": "adapter", "scale": recipe.WARM_SCALE, "steps": info["summary"]["steps"], "seconds": seconds}
     train_env = _make_envs(cfg, "train", 1)[0]
     examples = build_sft_examples(train_env, policy, cfg.sft_examples, seed=cfg.seed, roles=("actor", "env_role"))
     sft_cfg = SFTConfig(steps=cfg.warm_steps, lr=cfg.lr, seed=cfg.seed)
@@ -261,7 +291,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     console.print(
         f"[bold]envace demo[/bold]: policy={cfg.policy}, warm start {cfg.warm}, then {rl_cfg.steps} EnvACE steps x "
         f"{rl_cfg.tasks_per_step} tasks x {rl_cfg.group_size} episodes under imagination (no live tool call), "
-        f"{cfg.episodes} test episodes on the real backends before and after -> {run_dir}"
+        f"{cfg.episodes} {EVAL_SPLIT} episodes on the real backends before and after -> {run_dir}"
     )
     policy = LMPolicy.from_spec(cfg.policy, sampling=sampling).to(cfg.device)
     warm = _warm_start(policy, cfg, run_dir)
@@ -271,19 +301,30 @@ def run_demo(cfg: DemoConfig) -> Path:
     fid_before = _fidelity(policy, cfg)
 
     rl_dir = run_dir / "envace"
-    records = EnvACETrainer(policy, lambda: _make_envs(cfg, "train", 1)[0], rl_cfg, rl_dir).train()
+    trainer = EnvACETrainer(policy, lambda: _make_envs(cfg, "train", 1)[0], rl_cfg, rl_dir)
+    records = trainer.train()
+    if rl_cfg.lora:  # evaluate the merged weights, as the checkpoint holds them
+        policy.model = policy.engine.model = trainer.model.merge_and_unload().eval()
+        policy.engine.clear()
 
     after_trajs, after = _evaluate(policy, cfg, "after EnvACE: eval")
     save_trajectories(after_trajs, run_dir / "trajectories_after.jsonl")
     fid_after = _fidelity(policy, cfg)
 
-    keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "trained_rows")
+    keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "trained_rows", "groups_with_spread")
     calls = {k: sum(r.get(k) or 0 for r in records) for k in keys}
+    calls["groups"] = sum(r["n_actor"] for r in records) // rl_cfg.group_size
+    paired = _paired(before_trajs, after_trajs)
     metrics = {
         "config": asdict(cfg),
         "warm_start": warm,
         "before": before,
         "after": after,
+        "paired": paired,
+        "outcomes": {
+            "before": {t.episode.task_id: int(t.success) for t in before_trajs},
+            "after": {t.episode.task_id: int(t.success) for t in after_trajs},
+        },
         "fidelity_before": fid_before,
         "fidelity_after": fid_after,
         "calls": calls,
@@ -291,7 +332,7 @@ def run_demo(cfg: DemoConfig) -> Path:
         "seconds": round(time.monotonic() - started, 1),
     }
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    _plot(run_dir / "plot.png", before, after, records)
+    _plot(run_dir / "plot.png", before, after, records, rl_cfg.group_size)
     imagined = [
         t
         for step in range(1, cfg.rl_steps + 1)
@@ -308,9 +349,11 @@ def run_demo(cfg: DemoConfig) -> Path:
 
     agree = [r["sim_real_agreement"] for r in records if r.get("sim_real_agreement") is not None]
     rewards = ", ".join(f"{r['reward_actor']:.2f}" for r in records)
-    console.print(_table(before, after, (fid_before, fid_after), calls))
+    spread = ", ".join(f"{r['groups_with_spread']}" for r in records)
+    console.print(_table(before, after, (fid_before, fid_after), calls, paired))
     console.print(
-        f"training: {len(records)} steps, imagined reward per step {rewards}; the same actions on the real backend "
+        f"training: {len(records)} steps, imagined reward per step {rewards}, groups whose rewards differ per step "
+        f"{spread} (of {rl_cfg.tasks_per_step}); the same actions on the real backend "
         f"agreed on success in {_pct(sum(agree) / len(agree) if agree else None)} of episodes "
         f"({calls['diagnostic_calls']} diagnostic calls, never trained on); "
         f"warm start: {warm['warm']}; total {metrics['seconds']:.0f} s"

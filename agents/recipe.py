@@ -1,13 +1,14 @@
-"""The imagination-only training recipe, in one place: the learning benchmark runs it, the demo runs it small.
+"""The training recipe, in one place: the learning benchmark runs it, the demo runs it small.
 
 * **task pool**: one-turn tasks of a suite that need at most ``max_calls`` reference calls (the benchmark's
   default: ``builtin/bank``, two calls: look an account up, then act on the id it returned);
 * **warm start**: supervised fine-tuning of both roles (actor turns and env-role answers) on the train
-  split's reference trajectories; for the demo, a LoRA adapter of a few MB shipped in the package
-  (:data:`WARM_ADAPTER`, written by :func:`train_warm_adapter`, ``make warm-adapter``), so the demo's
-  minutes go to reinforcement learning;
-* **RL**: EnvACE under imagination, the env role grounded on a tool log written from the train split's
-  reference trajectories (:func:`imagination_config`): no live tool call during training.
+  split's reference trajectories: a LoRA adapter of a few MB shipped in the package (:data:`WARM_ADAPTER`,
+  written by :func:`train_warm_adapter`, ``make warm-adapter``), merged at :data:`WARM_SCALE` (chosen on
+  ``val``: merged whole it leaves RL almost nothing to learn);
+* **RL** (:data:`RL_SETTINGS`, chosen on ``val``): LoRA updates, 4 tasks x group 8 per step, temperature
+  1.0, 96 new tokens per turn; :func:`imagination_config` is EnvACE under imagination, the env role shown
+  the task's reference results as few-shot examples (the paper's grounding): no live tool call.
 """
 
 from __future__ import annotations
@@ -21,10 +22,34 @@ from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
 
-__all__ = ["WARM_ADAPTER", "task_pool", "imagination_config", "load_warm_adapter", "train_warm_adapter"]
+__all__ = [
+    "RL_SETTINGS",
+    "WARM_ADAPTER",
+    "WARM_SCALE",
+    "task_pool",
+    "imagination_config",
+    "load_warm_adapter",
+    "train_warm_adapter",
+]
 
 #: The demo's shipped warm start: a LoRA adapter over the embedded model (``adapter_model.safetensors``).
 WARM_ADAPTER = Path(__file__).parent / "data" / "warm_start"
+
+#: The scale the shipped adapter is merged at for RL (``load_warm_adapter(scale=...)``): chosen on ``val`` by
+#: benchmarks/warm_start.py (docs/learning.md): 77% greedy ``val`` success, half the groups with a reward spread.
+WARM_SCALE = 0.5
+
+#: The RL settings chosen on ``val`` (docs/learning.md): what the learning benchmark's arms and the demo share.
+RL_SETTINGS: dict[str, Any] = {
+    "tasks_per_step": 4,
+    "group_size": 8,
+    "lr": 1e-4,
+    "lora": True,
+    "lora_rank": 16,
+    "lora_alpha": 32,
+    "temperature": 1.0,
+    "max_new_tokens": 96,
+}
 
 #: What the shipped adapter was trained with (``train_warm_adapter`` defaults; ``make warm-adapter``).
 ADAPTER_SETTINGS = {"suite": "builtin/bank", "max_calls": 2, "steps": 300, "lr": 1e-3, "rank": 16, "examples": 400}
@@ -41,10 +66,10 @@ def task_pool(suite: str = "builtin/bank", max_calls: int = 2) -> list:
 
 
 def imagination_config(**overrides: Any) -> EnvACEConfig:
-    """The imagination-only recipe: EnvACE with the policy imagining every tool result (prompted, with the
-    task's reference examples), its env role supervised where the train split's tool log holds the call
-    (``tool_log="reference"``), trained by the task reward; lr 2e-5 (the embedded 135M model), temperature 0.7."""
-    base: dict[str, Any] = {"backend": "self", "tool_log": "reference", "lr": 2e-5, "temperature": 0.7}
+    """The imagination-only recipe (:data:`RL_SETTINGS`): EnvACE with the policy imagining every tool result
+    (prompted, shown the task's reference results as few-shot examples), both roles trained by the task
+    reward; no live tool call."""
+    base: dict[str, Any] = {**RL_SETTINGS, "backend": "self", "grounding": "reference"}
     return EnvACEConfig(**{**base, **overrides})
 
 

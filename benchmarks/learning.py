@@ -86,24 +86,25 @@ SAVE_EVERY = 5
 #: Evaluation episodes run in lockstep: fixed, so a task's greedy outcome does not depend on the machine.
 EVAL_BATCH = 16
 
+# The recipe's settings (agents/recipe.py, chosen on val) are the defaults: one definition.
 DEFAULT = {
     "suite": "builtin/bank",
     "max_calls": 2,
     "max_turns": 3,
     "steps": 12,
-    "tasks_per_step": 4,
-    "group_size": 8,
-    "lr": 1e-4,
-    "lora": 1,
-    "lora_rank": 16,
+    "tasks_per_step": recipe.RL_SETTINGS["tasks_per_step"],
+    "group_size": recipe.RL_SETTINGS["group_size"],
+    "lr": recipe.RL_SETTINGS["lr"],
+    "lora": int(recipe.RL_SETTINGS["lora"]),
+    "lora_rank": recipe.RL_SETTINGS["lora_rank"],
     "kl_coef": 0.0,
-    "temperature": 1.0,
-    "max_new_tokens": 96,
+    "temperature": recipe.RL_SETTINGS["temperature"],
+    "max_new_tokens": recipe.RL_SETTINGS["max_new_tokens"],
     "eval_split": "test-id",
     "eval_episodes": 96,
     "test_episodes": 96,
     "warm": "adapter",
-    "warm_scale": 1.0,
+    "warm_scale": recipe.WARM_SCALE,
     "warm_steps": 60,
     "seeds": "0,1,2",
     "arms": "untrained,grpo-real,envace-ref",
@@ -226,7 +227,7 @@ def arm_config(name: str, args, seed: int) -> EnvACEConfig:
         lr=args.lr,
         lora=bool(args.lora),
         lora_rank=args.lora_rank,
-        lora_alpha=2 * args.lora_rank,
+        lora_alpha=2 * args.lora_rank,  # the recipe's ratio (alpha 32 at rank 16)
         kl_coef=args.kl_coef,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
@@ -448,16 +449,49 @@ def plot(results: dict[str, Any], path: Path, group_size: int) -> None:
     plt.close(fig)
 
 
+def key_results(results: dict[str, Any]) -> str:
+    """The page's "Key results" admonition: each trained arm's paired difference from the start, what it cost,
+    and whether the issue's goal holds (``grpo-real`` above the start; an imagination-only arm above it too and
+    recovering at least half of ``grpo-real``'s gain)."""
+    split = next(iter(results.values()))["split"]
+    lines = ['!!! note "Key results"']
+    real = (results.get("grpo-real") or {}).get("paired_vs_start")
+    for name, r in results.items():
+        d = r.get("paired_vs_start")
+        if not d or d["mean"] is None:
+            continue
+        lo, hi = d["ci95"]
+        verdict = "above the start" if lo > 0 else "below the start" if hi < 0 else "within noise of the start"
+        line = (
+            f"    * `{name}` ({len(r['seeds'])} seeds): {100 * d['mean']:+.1f} points on {split}, paired over "
+            f"{d['tasks']} tasks (95% CI {100 * lo:+.1f} to {100 * hi:+.1f}): {verdict}; "
+            f"{r['live_calls']:,.0f} live calls and {r['logged_results']:,.0f} real results shown per run"
+        )
+        if name != "grpo-real" and r["live_calls"] == 0 and real and real["mean"] and real["mean"] > 0:
+            line += f"; {100 * d['mean'] / real['mean']:.0f}% of `grpo-real`'s gain"
+        lines.append(line + ".")
+    return "\n".join(lines)
+
+
 def write_docs(path: str) -> str:
-    """Rewrite docs/learning.md's result blocks (``learning-main``, ``learning-cost``, ``learning-kinds``) from a
-    kept ``results.json``. Trains nothing; returns the main table."""
+    """Rewrite docs/learning.md's blocks from a kept ``results.json``: a ``val`` run (a go/no-go) writes
+    ``learning-val``; a ``test-id`` run ``learning-key``, ``learning-main``, ``learning-cost`` and
+    ``learning-kinds``. Trains nothing; returns the main table."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _docs import write_block
 
     results = json.loads(Path(path).read_text())["arms"]
     text = table(results)
-    for block, body in (("learning-main", text), ("learning-cost", cost_table(results)),
-                        ("learning-kinds", kind_table(results))):  # fmt: skip
+    if next(iter(results.values()))["split"] == "val":
+        blocks = {"learning-val": text + "\n\n" + cost_table(results)}
+    else:
+        blocks = {
+            "learning-key": key_results(results),
+            "learning-main": text,
+            "learning-cost": cost_table(results),
+            "learning-kinds": kind_table(results),
+        }
+    for block, body in blocks.items():
         changed = write_block("learning.md", block, body)
         print(f"docs/learning.md: {block} {'rewritten' if changed else 'unchanged'}")
     return text

@@ -37,6 +37,10 @@ def test_the_demo_runs_its_steps_and_episodes_on_a_slow_clock(tmp_path, slow_clo
     assert metrics["before"]["episodes"] == metrics["after"]["episodes"] == 3
     assert metrics["calls"]["live_calls"] == 0  # imagination only: no live tool call in training
     assert {"reference", "none"} <= set(metrics["fidelity_before"]) and "success_ci" in metrics["after"]
+    # before and after on the same test-id tasks: the paired difference, from the outcomes kept
+    assert metrics["outcomes"]["before"].keys() == metrics["outcomes"]["after"].keys()
+    assert all("-test-id-" in task for task in metrics["outcomes"]["before"]) and metrics["paired"]["tasks"] == 3
+    assert metrics["calls"]["groups"] == 2 and 0 <= metrics["calls"]["groups_with_spread"] <= 2
     for name in ("plot.png", "transcript.md", "envace/learning_curve.png", "envace/ckpt-2/model.safetensors"):
         assert (run / name).exists(), name
     transcript = (run / "transcript.md").read_text()
