@@ -19,11 +19,10 @@ Every arm starts from the same warm start and gets the same steps, tasks and gro
 **Splits and statistics.** Settings are chosen on ``val`` (``--eval-split val``); final figures read
 ``test-id`` (the train split's phrasings, fresh tasks) once, and ``test`` (held-out phrasings) as the
 generalisation figure. Seed ``k`` of every arm is evaluated greedily on its own slice ``k`` of the split's
-pool (``--eval-episodes`` distinct tasks, disjoint between seeds), the start on the same slices, so the
-primary figure is the **paired per-task difference from the start** with a bootstrap 95% interval over
-tasks, pooled over seeds. Beside it: per-seed success with a t interval over seeds, and the pooled Wilson
-interval. On ``test`` every seed plays the same ``--test-episodes`` tasks (the pool is small); the paired
-difference averages each task over seeds.
+pool (``--eval-episodes`` distinct tasks, disjoint between seeds; ``--test-episodes`` on ``test``), the start
+on the same slices, so the primary figure is the **paired per-task difference from the start** with a
+bootstrap 95% interval over tasks, pooled over seeds. Beside it: per-seed success with a t interval over
+seeds, and the pooled Wilson interval.
 
 **Raw results.** Each (arm, seed) run writes ``OUT/<arm>-seed<k>/result.json``: every training step's record
 (rewards, ``trained_rows``, ``groups_with_spread``, ``rollout_s``, ``update_s``, live / logged / diagnostic /
@@ -102,7 +101,7 @@ DEFAULT = {
     "max_new_tokens": recipe.RL_SETTINGS["max_new_tokens"],
     "eval_split": "test-id",
     "eval_episodes": 96,
-    "test_episodes": 96,
+    "test_episodes": 32,
     "warm": "adapter",
     "warm_scale": recipe.WARM_SCALE,
     "warm_steps": 60,
@@ -136,18 +135,16 @@ def env_factory(args, split: str):
 
 
 def eval_slice(args, split: str, seed: int) -> list[str]:
-    """The task ids seed ``seed`` is evaluated on: on ``test`` the first ``--test-episodes`` of the pool's
-    fixed shuffle (every seed the same); on another split slice ``seed`` of ``--eval-episodes`` tasks
-    (disjoint between seeds). The shuffle is fixed (seeded by the split's name), never by the run."""
+    """The task ids seed ``seed`` is evaluated on: slice ``seed`` of the split's pool in a fixed shuffle (seeded
+    by the split's name, never by the run), ``--test-episodes`` tasks on ``test``, ``--eval-episodes`` on the
+    others: disjoint between seeds, and the same for every arm (the start included)."""
     ids = sorted(t.id for t in task_pool(args) if t.split == split)
     random.Random(f"eval-slices/{split}").shuffle(ids)
-    if split == "test":
-        return ids[: args.test_episodes]
-    n = args.eval_episodes
+    n = args.test_episodes if split == "test" else args.eval_episodes
     if (seed + 1) * n > len(ids):
         raise ValueError(
             f"the {split} pool has {len(ids)} tasks: seed {seed} needs tasks {seed * n}-{(seed + 1) * n - 1} "
-            f"(--eval-episodes {n}); use fewer episodes or lower seeds"
+            f"(--{'test' if split == 'test' else 'eval'}-episodes {n}); use fewer episodes or lower seeds"
         )
     return ids[seed * n : (seed + 1) * n]
 
@@ -210,11 +207,11 @@ def evaluate_on(policy: LMPolicy, args, split: str, task_ids: list[str]) -> dict
     }
 
 
-def measure(policy: LMPolicy, args, name: str, seed: int, first_seed: int) -> dict[str, dict[str, Any]]:
-    """The run's evaluations: its slice of ``--eval-split`` and, for a final split, ``test`` (the start's
-    ``test`` once, with the first seed: it is greedy and the same for every seed)."""
+def measure(policy: LMPolicy, args, seed: int) -> dict[str, dict[str, Any]]:
+    """The run's evaluations: its slice of ``--eval-split`` and, for final figures (``test-id``), its slice of
+    ``test`` (held-out phrasings)."""
     evals = {args.eval_split: evaluate_on(policy, args, args.eval_split, eval_slice(args, args.eval_split, seed))}
-    if args.eval_split == "test-id" and args.test_episodes > 0 and (name != "untrained" or seed == first_seed):
+    if args.eval_split == "test-id" and args.test_episodes > 0:
         evals["test"] = evaluate_on(policy, args, "test", eval_slice(args, "test", seed))
     return evals
 
@@ -241,7 +238,7 @@ def arm_config(name: str, args, seed: int) -> EnvACEConfig:
     )
 
 
-def run_arm(name: str, start: str, args, seed: int, first_seed: int = 0) -> dict[str, Any]:
+def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
     """Train one arm from the start (nothing for ``untrained``), then evaluate it: ``result.json``'s content."""
     policy = load(start, args, seed)
     records: list[dict[str, Any]] = []
@@ -258,7 +255,7 @@ def run_arm(name: str, start: str, args, seed: int, first_seed: int = 0) -> dict
             policy.engine.clear()
         # Every step's record, the ones of an earlier, interrupted process included (the trainer kept them).
         records = [r for _, r in read_jsonl(out / "metrics.jsonl") if isinstance(r, dict)]
-    evals = measure(policy, args, name, seed, first_seed)
+    evals = measure(policy, args, seed)
     keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "verifier_calls")
     return {
         "arm": name,
@@ -542,7 +539,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     seeds = [int(s) for s in str(args.seeds).split(",")]
     for seed in seeds:  # a bad slice is an error before anything trains
-        eval_slice(args, args.eval_split, seed)
+        for split in (
+            (args.eval_split, "test") if args.eval_split == "test-id" and args.test_episodes else (args.eval_split,)
+        ):
+            eval_slice(args, split, seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(f"runs that failed (see their .log under {out}): {failed}", flush=True)
         else:
             for name, seed in todo:
-                r = run_arm(name, start, args, seed, first_seed=seeds[0])
+                r = run_arm(name, start, args, seed)
                 path = out / f"{name}-seed{seed}"
                 path.mkdir(parents=True, exist_ok=True)
                 (path / "result.json").write_text(json.dumps(r, indent=1))
