@@ -549,8 +549,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.report_only:
         start = warm_start(args)
         print(f"start: {start}; {json.dumps({k: getattr(args, k) for k in DEFAULT})}", flush=True)
+        # Seed by seed (every arm's seed 0 first): a run cut short still has every arm, paired, on some seeds.
         todo = [
-            (n, s) for n in arms for s in seeds if not (args.resume and (out / f"{n}-seed{s}" / "result.json").exists())
+            (n, s) for s in seeds for n in arms if not (args.resume and (out / f"{n}-seed{s}" / "result.json").exists())
         ]
         if args.jobs > 1 and len(todo) > 1:
             # One process per (arm, seed), at most --jobs at once; each writes its result.json.
