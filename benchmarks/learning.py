@@ -55,6 +55,7 @@ from envace_gym.agents import recipe
 from envace_gym.agents.eval.stats import paired_bootstrap, t_interval, wilson_interval
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
+from envace_gym.agents.rollout import save_trajectories
 from envace_gym.agents.rollout.loop import collect
 from envace_gym.agents.train.checkpoint import latest_checkpoint
 from envace_gym.agents.train.config import EnvACEConfig
@@ -184,14 +185,17 @@ def _digest(token_ids: list[int]) -> str:
     return hashlib.sha256(json.dumps(token_ids).encode()).hexdigest()[:16]
 
 
-def evaluate_on(policy: LMPolicy, args, split: str, task_ids: list[str]) -> dict[str, Any]:
+def evaluate_on(policy: LMPolicy, args, split: str, task_ids: list[str], keep: Path | None = None) -> dict[str, Any]:
     """Greedy episodes on the real backend, one per task of ``task_ids``, :data:`EVAL_BATCH` in lockstep:
-    outcome by task id, task kinds, valid-call rate and the share of result-shaped actor turns."""
+    outcome by task id, task kinds, valid-call rate and the share of result-shaped actor turns; ``keep``: a
+    JSONL file for the episodes themselves (what the docs' readings of failures come from)."""
     policy.sampling = SamplingConfig(0.0, 1.0, args.max_new_tokens, 0)
     policy.engine.clear()
     envs = [env_factory(args, split)() for _ in range(min(EVAL_BATCH, len(task_ids)))]
     t0 = time.monotonic()
     trajectories = collect(envs, policy, len(task_ids), task_ids=task_ids, seed=0, progress=False, desc=split)
+    if keep is not None:
+        save_trajectories(trajectories, keep)
     kinds = {t.id: t.metadata.get("kind", t.domain) for t in task_pool(args)}
     turns = [m for t in trajectories for m in t.messages if m.get("role") == "assistant"]
     calls_ok = sum(t.calls_ok for t in trajectories)
@@ -207,13 +211,11 @@ def evaluate_on(policy: LMPolicy, args, split: str, task_ids: list[str]) -> dict
     }
 
 
-def measure(policy: LMPolicy, args, seed: int) -> dict[str, dict[str, Any]]:
+def measure(policy: LMPolicy, args, seed: int, out: Path) -> dict[str, dict[str, Any]]:
     """The run's evaluations: its slice of ``--eval-split`` and, for final figures (``test-id``), its slice of
-    ``test`` (held-out phrasings)."""
-    evals = {args.eval_split: evaluate_on(policy, args, args.eval_split, eval_slice(args, args.eval_split, seed))}
-    if args.eval_split == "test-id" and args.test_episodes > 0:
-        evals["test"] = evaluate_on(policy, args, "test", eval_slice(args, "test", seed))
-    return evals
+    ``test`` (held-out phrasings); their episodes go to ``out/eval-<split>.jsonl``."""
+    splits = [args.eval_split] + (["test"] if args.eval_split == "test-id" and args.test_episodes > 0 else [])
+    return {s: evaluate_on(policy, args, s, eval_slice(args, s, seed), out / f"eval-{s}.jsonl") for s in splits}
 
 
 def arm_config(name: str, args, seed: int) -> EnvACEConfig:
@@ -242,9 +244,9 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
     """Train one arm from the start (nothing for ``untrained``), then evaluate it: ``result.json``'s content."""
     policy = load(start, args, seed)
     records: list[dict[str, Any]] = []
+    out = Path(args.out) / f"{name}-seed{seed}"
     if ARMS[name] is not None:
         cfg = arm_config(name, args, seed)
-        out = Path(args.out) / f"{name}-seed{seed}"
         resume = args.resume and latest_checkpoint(out) is not None  # an arm cut short: on from its checkpoint
         if resume:
             print(f"{name}-seed{seed}: resuming from {latest_checkpoint(out).name}", flush=True)
@@ -255,7 +257,7 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
             policy.engine.clear()
         # Every step's record, the ones of an earlier, interrupted process included (the trainer kept them).
         records = [r for _, r in read_jsonl(out / "metrics.jsonl") if isinstance(r, dict)]
-    evals = measure(policy, args, seed)
+    evals = measure(policy, args, seed, out)
     keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "verifier_calls")
     return {
         "arm": name,
