@@ -314,6 +314,8 @@ def summarize(
             "t95_seeds": t_interval(per_seed),
             "paired_vs_start": paired(runs, start, s) if name != "untrained" and start else None,
             "by_kind": dict(sorted(kinds.items())),
+            # every episode's outcome by seed and task id: any figure above can be recomputed from these
+            "outcomes": {str(r["seed"]): r["evals"][s]["outcomes"] for r in runs if s in r["evals"]},
         }
     main = out.get(split, {})
     records = [rec for r in runs for rec in r["records"]]
