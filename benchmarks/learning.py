@@ -484,7 +484,7 @@ def write_docs(path: str) -> str:
     results = json.loads(Path(path).read_text())["arms"]
     text = table(results)
     if next(iter(results.values()))["split"] == "val":
-        blocks = {"learning-val": text + "\n\n" + cost_table(results)}
+        blocks = {"learning-val": text + "\n\n" + cost_table(results) + "\n\n" + kind_table(results)}
     else:
         blocks = {
             "learning-key": key_results(results),
