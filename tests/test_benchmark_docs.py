@@ -81,6 +81,20 @@ def test_the_warm_start_table_is_the_scripts_rendering_of_the_kept_json():
     assert [r["scale"] for r in rows] == sorted((r["scale"] for r in rows), reverse=True)
 
 
+def test_the_learning_val_block_is_the_scripts_rendering_of_the_kept_json(monkeypatch):
+    learning = _load("learning")
+    written = {}
+    monkeypatch.setattr(sys.modules["_docs"], "write_block", lambda page, name, text: written.update({name: text}))
+    learning.write_docs(str(ROOT / "docs" / "learning_val_2026-12-06.json"))
+    assert set(written) == {"learning-val"} and written["learning-val"] == _block("learning.md", "learning-val")
+    arms = json.loads((ROOT / "docs" / "learning_val_2026-12-06.json").read_text())["arms"]
+    chosen = arms["grpo-real, lr 1e-4 (chosen)"]
+    # the paired figure is recomputable from the outcomes kept
+    start, after = arms["untrained"]["val"]["outcomes"]["0"], chosen["val"]["outcomes"]["0"]
+    diffs = [after[t] - start[t] for t in after]
+    assert sum(diffs) / len(diffs) == chosen["paired_vs_start"]["mean"] and len(diffs) == 96
+
+
 def test_the_env_step_block_is_in_the_scripts_format():
     """No JSON of the env-step figures shown was kept: the block is what the script writes from a --json
     output with those figures, so its next run replaces it in place."""
