@@ -146,9 +146,11 @@ class HFEngine(_EngineBase):
             on CPUs with native bf16, e.g. AVX512-BF16; logprobs then carry bf16 rounding). Weights stay in
             float32, so the trainer updates the same model.
         drop_finished: drop rows that have stopped from the decoding batch (once a quarter of its rows have
-            stopped), so a forward pass costs only the rows still decoding. Same tokens (every row's sample
-            is still drawn from the same random numbers); logprobs differ at float rounding (other batch
-            shapes). An attribute: a benchmark may switch it between calls.
+            stopped), so a forward pass costs only the rows still decoding. Every row's sample is still drawn
+            from the random numbers it drew before, so in float32 the tokens are the same (logprobs differ at
+            float rounding: other batch shapes); under ``bf16`` other batch shapes round by up to a few tenths
+            of a logit, so a near tie may go the other way (still the same for a given seed). An attribute: a
+            benchmark may switch it between calls.
     """
 
     def __init__(
