@@ -5,7 +5,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from envace_gym.agents.lm.engine import SamplingConfig
+from envace_gym.agents.lm.engine import HFEngine, SamplingConfig
 from envace_gym.agents.lm.policy import tiny_policy
 
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=10)
@@ -86,3 +86,70 @@ def test_a_conversation_leaving_the_batch_gets_its_cache_copied_out(policy):
     for key in keys:
         policy.engine.drop(key)
     assert not policy.engine._caches
+
+
+@pytest.fixture(scope="module")
+def varied():
+    """A tiny policy whose greedy outputs vary (the tied embeddings of a random model make it repeat the
+    prompt's last token): its own random output layer."""
+    policy = tiny_policy(seed=0)
+    weight = policy.model.lm_head.weight
+    policy.model.lm_head.weight = torch.nn.Parameter(
+        torch.randn(weight.shape, generator=torch.Generator().manual_seed(0))
+    )
+    return policy
+
+
+def stops_apart(policy, prompts, heads, sampling):
+    """Stop tokens that end the rows at very different steps: a token from each row's free-running output,
+    taken at a later step for each row (the first one drawn in any row ends it)."""
+    free = HFEngine(policy.model, policy.tokenizer, drop_finished=False)
+    gens = free.generate(prompts, sampling, prefix_lens=heads, generator=torch.Generator().manual_seed(0))
+    return sorted({g.token_ids[min(1 + 5 * i, len(g.token_ids) - 1)] for i, g in enumerate(gens)})
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_dropping_finished_rows_changes_no_token_nor_the_next_turn(varied, temperature):
+    """Rows that stop early leave the decoding batch: the same tokens (greedy, and sampled with a seed: each row
+    draws what it drew before), logprobs to float rounding, and caches from which the next turns continue as
+    they do with every row kept: the same conversations in the same order (packed again from the rows' copies),
+    in another order, then only the rows that were still decoding (their batch continued in place)."""
+    policy = varied
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=40, seed=3)
+    prompts, heads = first_prompts(policy, 8)
+    stops = stops_apart(policy, prompts, heads, sampling)
+    keys = [f"row{i}" for i in range(8)]
+    runs, survivors = {}, None
+    for drop in (True, False):
+        engine = HFEngine(policy.model, policy.tokenizer, stop_token_ids=stops, drop_finished=drop)
+        convs, turns, repacked = [list(p) for p in prompts], [], []
+        for turn, order in enumerate([range(8), range(8), [3, 1, 7, 0, 2, 6, 4, 5], None]):
+            if order is None:  # the rows of the last call's live batch, in its order
+                survivors = survivors or [int(k[3:]) for k in engine._caches[keys[2]].batch.keys]
+                order = survivors
+            before = engine.stats["repacked_tokens"]
+            gens = engine.generate(
+                [convs[i] for i in order],
+                sampling,
+                keys=[keys[i] for i in order],
+                prefix_lens=[heads[i] for i in order] if turn == 0 else None,
+                generator=torch.Generator().manual_seed(turn),
+            )
+            repacked.append(engine.stats["repacked_tokens"] - before)
+            turns.append(gens)
+            by_row = dict(zip(order, gens, strict=True))
+            convs = [
+                c + by_row[i].token_ids + tool_turn(policy, i, turn) if i in by_row else c for i, c in enumerate(convs)
+            ]
+        runs[drop] = turns, repacked, engine.stats
+    (kept, _, kept_stats), (dropped, dropped_repacked, dropped_stats) = runs[False], runs[True]
+    lengths = [len(g.token_ids) for g in kept[0]]
+    assert min(lengths) <= 5 and max(lengths) >= 20, lengths  # rows finish far apart
+    assert kept_stats["dropped_rows"] == 0 and dropped_stats["dropped_rows"] > 0
+    assert kept_stats["reused_tokens"] == dropped_stats["reused_tokens"]  # every row's cache kept and reused
+    assert dropped_repacked[3] == 0
+    for turn_kept, turn_dropped in zip(kept, dropped, strict=True):
+        assert [g.token_ids for g in turn_dropped] == [g.token_ids for g in turn_kept]
+        assert [g.prompt_tokens for g in turn_dropped] == [g.prompt_tokens for g in turn_kept]
+        for a, b in zip(turn_kept, turn_dropped, strict=True):
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)

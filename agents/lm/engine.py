@@ -17,6 +17,10 @@ conversations in the same order and each prompt extends what was cached, the new
 cache in place (``[live batch row | pad ... | new s_i]``), with no copy of what is cached. Any other call
 copies the rows it needs out of the live batch and builds a new one, as above. Sampling runs on the model's
 device; on a GPU the only per-token transfer to the host is the sampled ids and their logprobs.
+
+Rows that have stopped leave the decoding batch (``drop_finished``): once a quarter of its rows have stopped,
+their caches are copied out and the batch cache keeps only the rows still decoding, so later steps do not
+run finished rows through the model. The survivors' batch is then the live batch, for its conversations.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ from typing import Any
 import torch
 
 __all__ = ["SamplingConfig", "Generation", "HFEngine", "VLLMEngine", "vllm_available"]
+
+#: HFEngine.drop_finished drops stopped rows from the decoding batch once they are this share of it. Each drop
+#: copies the batch cache (as a decoding step does, DynamicCache growing by concatenation). On the learning
+#: benchmark's rollout (benchmarks/decode_compaction.py, float32, one CPU thread) 1/4 and 1/8 decoded in the same
+#: time, dropping at every stop took 6% longer.
+_DROP_SHARE = 0.25
 
 
 @dataclass
@@ -86,7 +96,7 @@ class _EngineBase:
         # reused_tokens: cached tokens not encoded again; repacked_tokens: those of them copied into a new batch
         # cache (a call that continues the previous call's batch copies none). prefill_s / decode_s: wall time
         # in encoding the prompts (cache packing included) and in the token-by-token loop: where a rollout's
-        # time goes.
+        # time goes. dropped_rows: rows that left the decoding batch before it ended (HFEngine.drop_finished).
         self.stats: dict[str, float] = {
             "prompt_tokens": 0,
             "reused_tokens": 0,
@@ -95,6 +105,7 @@ class _EngineBase:
             "prefix_tokens": 0,
             "prefill_s": 0.0,
             "decode_s": 0.0,
+            "dropped_rows": 0,
         }
 
     def drop(self, key: str) -> None:
@@ -140,6 +151,12 @@ class HFEngine(_EngineBase):
         bf16: run forward passes under bfloat16 autocast, on the CPU or a CUDA device (pays off on GPUs and
             on CPUs with native bf16, e.g. AVX512-BF16; logprobs then carry bf16 rounding). Weights stay in
             float32, so the trainer updates the same model.
+        drop_finished: drop rows that have stopped from the decoding batch (once a quarter of its rows have
+            stopped), so a forward pass costs only the rows still decoding. Every row's sample is still drawn
+            from the random numbers it drew before, so in float32 the tokens are the same (logprobs differ at
+            float rounding: other batch shapes); under ``bf16`` other batch shapes round by up to a few tenths
+            of a logit, so a near tie may go the other way (still the same for a given seed). An attribute: a
+            benchmark may switch it between calls.
     """
 
     def __init__(
@@ -149,8 +166,10 @@ class HFEngine(_EngineBase):
         stop_token_ids: Sequence[int] | None = None,
         max_cached: int = 256,
         bf16: bool = False,
+        drop_finished: bool = True,
     ) -> None:
         super().__init__(tokenizer, stop_token_ids, bf16)
+        self.drop_finished = drop_finished
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.max_cached = max_cached
@@ -240,8 +259,18 @@ class HFEngine(_EngineBase):
         mask = batch.mask
         stop = torch.tensor(self.stop_token_ids, device=self.device)
         done = torch.zeros(n, dtype=torch.bool, device=self.device)
+        # Batch row j decodes prompt rows[j] (sel: the same on the device); a row dropped from the batch leaves
+        # its cache in kept[row].
+        rows, sel = list(range(n)), torch.arange(n, device=self.device)
+        kept: list[_CacheEntry | _LiveRow | None] = [None] * n
+
+        def cached_ids(i: int) -> list[int]:  # what row i's cache holds: the last token is never fed back
+            return list(prompts[i]) + gen_ids[i][:-1]
+
         for step in range(sampling.max_new_tokens):
-            tokens, lps = _sample(logits, sampling, generator)
+            # Every row of the call is sampled (a dropped row's logits are zeros), so each row draws the random
+            # numbers it drew before: in float32, the same tokens with rows dropped or not.
+            tokens, lps = _sample(_all_rows(logits, sel, n), sampling, generator)
             tokens = tokens.to(self.device)
             is_stop = torch.isin(tokens, stop)
             # One transfer to the host per step (not one per row): the ids, logprobs and stops of all rows, as
@@ -257,8 +286,20 @@ class HFEngine(_EngineBase):
             if all(finished) or step == sampling.max_new_tokens - 1:
                 break
             done |= is_stop  # kept on the device, in step with `finished`
-            active = ~done
-            feed = torch.where(active, tokens, torch.full_like(tokens, self.pad_id))
+            stopped = [j for j, i in enumerate(rows) if finished[i]]
+            # A forward pass costs about as much per row, stopped or not: rows that stopped leave the batch (their
+            # caches copied out) once they are a share of it worth the copy.
+            if self.drop_finished and stopped and len(stopped) >= _DROP_SHARE * len(rows):
+                for j in stopped:
+                    if keys[rows[j]] is not None:
+                        kept[rows[j]] = _compact(cached_ids(rows[j]), past, j, mask[j])
+                going = [j for j, i in enumerate(rows) if not finished[i]]
+                going_t = torch.tensor(going, device=self.device)
+                past, mask = _select_rows(past, mask, going_t)
+                next_pos, sel, rows = next_pos[going_t], sel[going_t], [rows[j] for j in going]
+                self.stats["dropped_rows"] += len(stopped)
+            active = ~done[sel]
+            feed = torch.where(active, tokens[sel], torch.full_like(next_pos, self.pad_id))
             mask = torch.cat([mask, active.long()[:, None]], dim=1)
             out = self.model(
                 input_ids=feed[:, None],
@@ -271,14 +312,17 @@ class HFEngine(_EngineBase):
             next_pos = next_pos + active.long()
         self.stats["decode_s"] += time.perf_counter() - decoding
 
-        # The cache holds each prompt plus every generated token except the last (never fed back).
-        cached_ids = [list(p) + g[:-1] for p, g in zip(prompts, gen_ids, strict=True)]
-        if None not in keys and len(set(keys)) == n:
-            self._keep_live(_LiveBatch(tuple(keys), past, mask), cached_ids)
+        if None not in keys and len(set(keys)) == n:  # the rows still in the batch stay there, as a live batch
+            live = _LiveBatch(tuple(keys[i] for i in rows), past, mask)
+            for j, i in enumerate(rows):
+                kept[i] = _LiveRow(cached_ids(i), live, j)
         else:
-            for i in range(n):
+            for j, i in enumerate(rows):
                 if keys[i] is not None:
-                    self._remember(keys[i], _compact(cached_ids[i], past, i, mask[i]))
+                    kept[i] = _compact(cached_ids(i), past, j, mask[j])
+        for key, entry in zip(keys, kept, strict=True):
+            if key is not None:
+                self._remember(key, entry)
         results = []
         for i in range(n):
             self.stats["generated_tokens"] += len(gen_ids[i])
@@ -326,10 +370,6 @@ class HFEngine(_EngineBase):
         # over; past a quarter of the longest row, packing the rows again (one copy) is the cheaper way on.
         longest = max(len(self._caches[k].ids) for k in keys)
         return live if live.mask.shape[1] - longest <= longest // 4 else None
-
-    def _keep_live(self, live: _LiveBatch, cached_ids: Sequence[list[int]]) -> None:
-        for i, (key, ids) in enumerate(zip(live.keys, cached_ids, strict=True)):
-            self._remember(key, _LiveRow(ids, live, i))
 
     def _remember(self, key: str, entry: _CacheEntry | _LiveRow) -> None:
         self._caches[key] = entry
@@ -387,6 +427,27 @@ def _compact(ids: list[int], past: Any, row: int, row_mask: torch.Tensor) -> _Ca
         for layer in past.layers
     ]
     return _CacheEntry(ids, layers)
+
+
+def _select_rows(past: Any, mask: torch.Tensor, rows: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """Rows ``rows`` of a batch cache and its mask, copied, without the columns that none of them attends to."""
+    from transformers import DynamicCache
+
+    mask = mask[rows]
+    cols = mask.any(0).nonzero().squeeze(-1)
+    trim = cols.numel() < mask.shape[1]
+    layers = []
+    for layer in past.layers:
+        k, v = layer.keys[rows], layer.values[rows]
+        layers.append((k[:, :, cols], v[:, :, cols]) if trim else (k, v))
+    return DynamicCache(ddp_cache_data=layers), mask[:, cols] if trim else mask
+
+
+def _all_rows(logits: torch.Tensor, sel: torch.Tensor, n: int) -> torch.Tensor:
+    """Logits of all ``n`` rows of a call, from those of the batch rows ``sel`` (the rest zeros)."""
+    if logits.shape[0] == n:
+        return logits
+    return logits.new_zeros((n, logits.shape[1])).index_copy_(0, sel, logits)
 
 
 @dataclass
