@@ -463,8 +463,10 @@ def key_results(results: dict[str, Any]) -> str:
             continue
         lo, hi = d["ci95"]
         verdict = "above the start" if lo > 0 else "below the start" if hi < 0 else "within noise of the start"
+        seeds = len(r["seeds"])
         line = (
-            f"    * `{name}` ({len(r['seeds'])} seeds): {100 * d['mean']:+.1f} points on {split}, paired over "
+            f"    * `{name}` ({seeds} seed{'s' * (seeds != 1)}{': too few for a claim' * (seeds < 3)}): "
+            f"{100 * d['mean']:+.1f} points on {split}, paired over "
             f"{d['tasks']} tasks (95% CI {100 * lo:+.1f} to {100 * hi:+.1f}): {verdict}; "
             f"{r['live_calls']:,.0f} live calls and {r['logged_results']:,.0f} real results shown per run"
         )

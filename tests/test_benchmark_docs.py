@@ -95,6 +95,21 @@ def test_the_learning_val_block_is_the_scripts_rendering_of_the_kept_json(monkey
     assert sum(diffs) / len(diffs) == chosen["paired_vs_start"]["mean"] and len(diffs) == 96
 
 
+def test_the_learning_blocks_are_the_scripts_rendering_of_the_kept_json(monkeypatch):
+    learning = _load("learning")
+    written = {}
+    monkeypatch.setattr(sys.modules["_docs"], "write_block", lambda page, name, text: written.update({name: text}))
+    learning.write_docs(str(ROOT / "docs" / "learning_2026-12-06.json"))
+    assert set(written) == {"learning-key", "learning-main", "learning-cost", "learning-kinds"}
+    for name, text in written.items():
+        assert text == _block("learning.md", name), name
+    # the kept per-run files are what the aggregate was made from: same outcomes, task by task
+    arms = json.loads((ROOT / "docs" / "learning_2026-12-06.json").read_text())["arms"]
+    run = json.loads((ROOT / "docs" / "learning_runs_2026-12-06" / "envace-ref-seed0" / "result.json").read_text())
+    assert run["evals"]["test-id"]["outcomes"] == arms["envace-ref"]["test-id"]["outcomes"]["0"]
+    assert arms["envace-ref"]["live_calls"] == 0 < arms["envace-ref"]["logged_results"]
+
+
 def test_the_env_step_block_is_in_the_scripts_format():
     """No JSON of the env-step figures shown was kept: the block is what the script writes from a --json
     output with those figures, so its next run replaces it in place."""

@@ -102,7 +102,7 @@ def test_envace_trains_identically_on_two_ranks(tmp_path):
 
     # Metrics are gathered: every rank returns the same records (but its own timings), counting both ranks'
     # episodes.
-    timings = {"rollout_s", "update_s", "tokens_per_s"}
+    timings = {"rollout_s", "rollout_prefill_s", "rollout_decode_s", "update_s", "tokens_per_s"}
     same = [[{k: v for k, v in rec.items() if k not in timings} for rec in summary["metrics"]] for summary in ranks]
     assert same[0] == same[1]
     assert len(r0["metrics"]) == STEPS
