@@ -62,7 +62,7 @@ class PendingStep:
     ``requests`` are the env-role requests (:class:`~envace_gym.rehearsal.ImagineRequest`) to answer now:
     at most one, because each call of a message is asked with the answers to the calls before it in view
     (prompted: the conversation so far; inline: the actor's context); empty when the step can finish. Plain
-    data, so that a worker process can hand it to its parent and take it back in ``step(pending)``.
+    data, so that a worker process can hand it to its parent.
     """
 
     step: int  # the episode's step it belongs to (``env.steps``)
@@ -79,6 +79,7 @@ class _CallRun:
     results: list[ToolResult] = field(default_factory=list)
     next: int = 0  # the next call to run
     waiting: tuple[ToolCall, Any] | None = None  # (call, its ImagineRequest) while an answer is awaited
+    action: Any = None  # the action the step began with: step(action) ends the step with the same one
 
     @property
     def runs_calls(self) -> bool:
@@ -134,8 +135,9 @@ class ToolCallEnv(gym.Env[str, str]):
     * :meth:`backend_for` ``(task, given) -> Backend``: the backend that answers this episode (``given``:
       the one passed to ``reset``, if any); e.g. wrap it to hide tools that a turn has not offered yet.
       A wrapping backend should implement ``copy()`` too, so that :meth:`fork` works.
-    * :meth:`run_calls` ``(calls, errors) -> (observation, results)``: execute one message's calls and
-      append their tool messages; ``errors`` are the message's format errors. Extend it to log calls.
+    * :meth:`on_calls` ``(calls, errors, results) -> None``: one message's calls once they ran (``errors``:
+      its format errors; ``results``: what each call gave, in order); default nothing. Extend it to log
+      calls. The env executes them itself (in a whole step or across a half-step's answers).
     * :meth:`on_answer` ``(content) -> (observation, terminated)``: an assistant message without calls;
       default: the next scripted user turn, or the end of the episode. Replace it to ask a simulated user.
     * :meth:`score` ``() -> (reward, components)``: at the end of an episode. Default: the task's reward
@@ -157,11 +159,12 @@ class ToolCallEnv(gym.Env[str, str]):
     and stops at the first call an imagined backend (one with ``begin_call``/``finish_call``, such as
     :class:`~envace_gym.rehearsal.ImaginedBackend`) needs an answer for, returning its request;
     :meth:`continue_step` ``(answers)`` hands over the answers and returns the next requests; and
-    ``env.step(pending)`` (on the outermost wrapper, so that every wrapper still sees the step's outcome) or
-    :meth:`finish_step` (on this env) ends the step with Gymnasium's 5-tuple. ``step(action)`` is the three
-    in one, its imagined calls answered synchronously by the backend's own imaginer. Hooks run as in
-    ``step(action)``; :meth:`run_calls` reports the calls run so far instead of running them again.
-    A wrapper that changes actions (``gym.ActionWrapper``) is bypassed by ``begin_step``: do not use one there.
+    ``step(action)`` with the same action, on the outermost wrapper, ends the step: every wrapper sees it as
+    an ordinary step (an action wrapper maps the action again, to the text the step began with). Begin
+    through the wrappers with :func:`envace_gym.rehearsal.halfstep.begin_step`, which applies each
+    ``gym.ActionWrapper``'s mapping on the way in. ``step(action)`` with no step in flight is the three in
+    one, its imagined calls answered synchronously by the backend's own imaginer. Hooks run as in a whole
+    step.
 
     State a hook may read: ``task``, ``backend``, ``parsed`` (the step's :class:`ParsedAction`: hooks reuse
     it instead of parsing the message again), ``messages`` (the chat so far, OpenAI format),
@@ -177,6 +180,11 @@ class ToolCallEnv(gym.Env[str, str]):
     #: Task metadata keys a private-rehearsal fork keeps (``task.blind(keep=...)``): only keys that schedule
     #: what the agent is shown, never ground truth (BFCL: ``holdout``, the turn each held-out tool is offered).
     rehearsal_metadata: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "run_calls" in vars(cls):  # the hook's old name: overriding it would now change nothing, silently
+            raise TypeError(f"{cls.__name__}.run_calls: the hook is on_calls(calls, errors, results) now")
 
     def __init__(
         self,
@@ -266,20 +274,29 @@ class ToolCallEnv(gym.Env[str, str]):
         self.episode_index += 1
         return self.task.user_turns[0], self.build_info([], [])
 
-    def step(self, action: str | PendingStep) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Gymnasium's step; ``action`` may also be a :class:`PendingStep` whose requests are all answered
-        (see the class docstring: the second half of a step that :meth:`begin_step` began)."""
-        pending = action if isinstance(action, PendingStep) else self._begin(action, defer=False)
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Gymnasium's step. After :meth:`begin_step` ``(action)`` and a :meth:`continue_step` per request,
+        ``step(action)`` with the same action ends that step (see the class docstring)."""
+        if isinstance(action, PendingStep):
+            raise TypeError("step() takes the action: end a half-step with step(action), the action begin_step took")
         run = self._in_flight
-        if run is None or pending.step != self.steps:
-            raise RuntimeError("step(pending) takes the PendingStep of this env's step in flight (begin_step)")
+        if run is None:
+            self._begin(action, defer=False)
+            run = self._in_flight
+            assert run is not None
+        elif run.action is not action and run.action != action:
+            raise RuntimeError(
+                f"a step begun with {run.action!r} is in flight: end it with step() on that action "
+                "(a wrapper between begin_step and step must map actions as a gym.ActionWrapper does)"
+            )
         if run.waiting is not None:
             raise ValueError("the step's imagined calls wait for answers: hand them over with continue_step()")
         terminated = False
         results: list[ToolResult] = []
         try:
             if run.runs_calls:
-                observation, results = self.run_calls(run.calls, run.errors)
+                observation, results = run.observation, run.results
+                self.on_calls(run.calls, run.errors, results)
             else:
                 observation, terminated = self.on_answer(self.parsed.content)
         finally:
@@ -326,15 +343,6 @@ class ToolCallEnv(gym.Env[str, str]):
         self._record_result(run, call, result)
         self._advance(run, defer=True)
         return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
-
-    def finish_step(
-        self, pending: PendingStep, answers: Sequence[Any] = ()
-    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """The second half of :meth:`step`: hand over the last ``answers`` and end the step (this env's own
-        ``step(pending)``; through wrappers, call ``wrapped_env.step(pending)`` instead)."""
-        if answers:
-            pending = self.continue_step(answers)
-        return self.step(pending)
 
     def render(self) -> str | None:
         text = self.transcript()
@@ -440,15 +448,9 @@ class ToolCallEnv(gym.Env[str, str]):
     def _make_real(self, name: str) -> Backend:
         return real_backend(name, self.tool_isolation, timeout=self.tool_timeout, memory_mb=self.tool_memory_mb)
 
-    def run_calls(self, calls: list[ToolCall], errors: list[CallError]) -> tuple[str, list[ToolResult]]:
-        """Execute one message's calls (after reporting its format ``errors``); returns the observation and
-        the results. After a ``fatal`` result the step's remaining calls are not run. Within a step the calls
-        already ran (in :meth:`begin_step` and :meth:`continue_step`): this returns what they gave."""
-        run = self._in_flight
-        if run is None or run.calls is not calls or run.waiting is not None:  # called outside a step
-            run = self._start_calls(calls, errors)
-            self._advance(run, defer=False)
-        return run.observation, run.results
+    def on_calls(self, calls: list[ToolCall], errors: list[CallError], results: list[ToolResult]) -> None:
+        """One message's ``calls`` once they ran (``errors``: its format errors; ``results``: what each call
+        gave, in order; after a ``fatal`` result the rest were not run). Default: nothing."""
 
     def on_answer(self, content: str) -> tuple[str, bool]:
         """An answer (a message without calls): the next user turn, or the end of the episode."""
@@ -522,7 +524,7 @@ class ToolCallEnv(gym.Env[str, str]):
         """The step up to its first imagined call (``defer``), or through all its calls (imagined ones
         answered by the backend's own imaginer)."""
         if self._in_flight is not None:
-            raise RuntimeError("a step is in flight: finish it with step(pending) first")
+            raise RuntimeError("a step is in flight: end it with step(action) first")
         if self.done or self.task is None:
             raise RuntimeError("the episode is over (or never started): call reset() first")
         self.steps += 1
@@ -545,6 +547,7 @@ class ToolCallEnv(gym.Env[str, str]):
             assistant["tool_calls"] = tool_calls_to_openai(calls)
         self.messages.append(assistant)
         run = self._start_calls(calls, errors) if calls or errors else _CallRun(calls, errors)
+        run.action = action
         self._in_flight = run
         if run.runs_calls:
             self._advance(run, defer)

@@ -386,7 +386,8 @@ def test_a_held_out_tool_is_refused_in_an_imagined_half_step_before_its_turn(sui
     world = _World()
     env = SelfRehearsalEnv(make_env(suites, "multi_turn_miss_func"), world, grounding="none")
     env.reset(options={"task_id": task.id})
-    pending = env.unwrapped.begin_step(format_calls([ToolCall(call.name, call.arguments)]))
+    action = format_calls([ToolCall(call.name, call.arguments)])
+    pending = env.unwrapped.begin_step(action)
     assert pending.requests == [] and world.seen == []  # refused before the env role is asked
-    _, _, _, _, info = env.step(pending)
+    _, _, _, _, info = env.step(action)
     assert info["errors"][0]["code"] == "TOOL_NOT_AVAILABLE"

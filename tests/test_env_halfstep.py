@@ -1,26 +1,31 @@
-"""The step as two halves (issue 20): ``begin_step`` returns the imagined calls as requests,
-``continue_step`` takes their answers, ``env.step(pending)`` ends the step through every wrapper; and the
-rollout loop answers all envs' requests, in this process or in worker processes, in one call per round."""
+"""The step as two halves: ``begin_step`` (through the action wrappers) returns the imagined calls as
+requests, ``continue_step`` takes their answers, ``env.step(action)`` with the same action ends the step
+through every wrapper; and the rollout loop answers all envs' requests, in this process or in worker
+processes, in one call per round."""
 
 import json
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.wrappers import TransformReward
 
-from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
+from envace_gym import SelfRehearsalEnv, ToolCall, ToolCallEnv, format_calls
 from envace_gym.agents.lm import engine as engine_module
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.rollout import collect
 from envace_gym.env import PendingStep
-from envace_gym.rehearsal.halfstep import half_step_base
+from envace_gym.rehearsal.halfstep import begin_step, half_step_route
+from envace_gym.vector import ToolCallVectorEnv
+from envace_gym.wrappers import CandidateActions, FeatureObservation
 
 BANK = {"suite": "builtin/bank", "split": "test"}
 TASK = "bank-test-0008"  # "Could you check what account A-5247 currently holds?"
 TWO_CALLS = format_calls(
     [ToolCall("get_balance", {"account_id": "A-5247"}), ToolCall("get_balance", {"account_id": "A-1"})]
 )
+ONE_CALL = format_calls([ToolCall("get_balance", {"account_id": "A-5247"})])
 
 
 class Echo:
@@ -45,16 +50,15 @@ def test_a_half_step_asks_one_call_at_a_time_and_ends_as_step_does():
     whole = _env(whole_role).step(TWO_CALLS)
 
     env = _env(half_role)
-    base = half_step_base(env)
     answerer = Echo()
-    pending = base.begin_step(TWO_CALLS)
+    pending = begin_step(env, TWO_CALLS)
     assert isinstance(pending, PendingStep) and [r.arguments for r in pending.requests] == [{"account_id": "A-5247"}]
-    pending = base.continue_step([answerer.imagine(pending.requests[0])])
+    pending = env.unwrapped.continue_step([answerer.imagine(pending.requests[0])])
     # The second call is asked with the first one's result in view.
     assert [r.arguments for r in pending.requests] == [{"account_id": "A-1"}]
-    pending = base.continue_step([answerer.imagine(pending.requests[0])])
+    pending = env.unwrapped.continue_step([answerer.imagine(pending.requests[0])])
     assert pending.requests == []
-    half = env.step(pending)
+    half = env.step(TWO_CALLS)
 
     assert half_role.asked == []  # the env's own role was never called: the caller answered
     assert [r.messages for r in answerer.asked] == [r.messages for r in whole_role.asked]  # asked the same
@@ -62,31 +66,115 @@ def test_a_half_step_asks_one_call_at_a_time_and_ends_as_step_does():
     assert half[4]["messages"] == whole[4]["messages"] and len(half[4]["rehearsal"]) == 2
 
 
-def test_finishing_through_the_wrappers_applies_their_change_and_refuses_a_stale_pending():
+def test_ending_through_the_wrappers_applies_their_change_and_refuses_a_wrong_end():
     env = TransformReward(_env(Echo(), max_turns=1), lambda r: r + 10.0)
-    base = half_step_base(env)
-    pending = base.begin_step(format_calls([ToolCall("get_balance", {"account_id": "A-5247"})]))
+    begin_step(env, ONE_CALL)
     with pytest.raises(ValueError, match="continue_step"):
-        env.step(pending)  # its request is not answered yet
-    pending = base.continue_step(['<execution_result>\n{"balance": 1}\n</execution_result>'])
-    _, reward, _, truncated, _ = env.step(pending)
+        env.step(ONE_CALL)  # its request is not answered yet
+    env.unwrapped.continue_step(['<execution_result>\n{"balance": 1}\n</execution_result>'])
+    with pytest.raises(RuntimeError, match="in flight"):
+        env.step("another action")  # a step ends with the action it began with
+    with pytest.raises(TypeError, match="step\\(action\\)"):
+        env.step(PendingStep(1, []))  # the old way to end a half-step is refused, not misread
+    _, reward, _, truncated, _ = env.step(ONE_CALL)
     assert truncated and reward == 10.0  # the wrapper's change applies to the half-step's end
-    with pytest.raises(RuntimeError):
-        env.step(pending)  # already finished
 
 
 def test_an_env_role_that_raises_is_that_calls_error():
     env = _env(Echo())
-    base = half_step_base(env)
-    assert base.begin_step(format_calls([ToolCall("get_balance", {"account_id": "A-5247"})])).requests
-    _, reward, terminated, _, info = env.step(base.continue_step([RuntimeError("engine down")]))
+    assert begin_step(env, ONE_CALL).requests
+    env.unwrapped.continue_step([RuntimeError("engine down")])
+    _, reward, terminated, _, info = env.step(ONE_CALL)
     assert terminated and reward == 0.0 and "env role raised RuntimeError: engine down" in info["aborted"]
 
 
-def test_a_wrapper_that_changes_actions_is_refused_for_half_steps():
-    env = gym.wrappers.TransformAction(_env(Echo()), lambda a: a, gym.spaces.Text(10))
-    with pytest.raises(TypeError, match="changes actions"):
-        half_step_base(env)
+def test_an_action_wrapper_maps_on_the_way_in_and_a_hidden_mapping_is_refused():
+    role = Echo()
+    env = gym.wrappers.TransformAction(_env(role), lambda a: ONE_CALL if a == "balance" else a, gym.spaces.Text(10))
+    pending = begin_step(env, "balance")
+    assert [r.arguments for r in pending.requests] == [{"account_id": "A-5247"}]  # began with the mapped text
+    env.unwrapped.continue_step([Echo().imagine(pending.requests[0])])
+    _, _, _, _, info = env.step("balance")  # the wrapper maps it again: the text the step began with
+    assert info["messages"][-2]["content"] == ONE_CALL and role.asked == []
+
+    class Hidden(gym.Wrapper):  # maps inside step(): a half-step could not see it
+        def __init__(self, env):
+            super().__init__(env)
+            self.action_space = gym.spaces.Discrete(2)
+
+    with pytest.raises(TypeError, match="gym.ActionWrapper"):
+        half_step_route(Hidden(_env(Echo())))
+
+
+def test_the_old_run_calls_hook_is_refused_with_its_new_name():
+    with pytest.raises(TypeError, match="on_calls"):
+
+        class Old(ToolCallEnv):
+            def run_calls(self, calls, errors):
+                return "", []
+
+
+class _Picks:
+    """A text policy that picks candidate slots in a fixed order (the SB3 example's action space)."""
+
+    def __init__(self, picks):
+        self.picks, self.i = picks, 0
+
+    def reset(self):
+        self.i = 0
+
+    def act(self, observation, info):
+        self.i += 1
+        return self.picks[self.i - 1]
+
+
+def _sb3_stack(role):
+    """The SB3 example's stack: ToolCallEnv -> SelfRehearsalEnv -> CandidateActions -> FeatureObservation."""
+    inner = SelfRehearsalEnv(gym.make("EnvACE-ToolCall-v0", **BANK, max_turns=3), role)
+    return FeatureObservation(CandidateActions(inner, k=16), dim=32)
+
+
+PICKS = [8, 10, 0]  # get_balance, then a slot that is a call in the first state, then an answer
+
+
+def _plain_steps(env):
+    obs, _ = env.reset(seed=0, options={"task_id": TASK})
+    seen = [obs]
+    for pick in PICKS:
+        obs, reward, terminated, truncated, info = env.step(pick)
+        seen.append(obs)
+        if terminated or truncated:
+            break
+    return seen, reward, info["messages"]
+
+
+def test_the_sb3_stack_steps_the_same_under_collect_the_vector_env_and_a_plain_step():
+    plain_role = Echo()
+    seen, reward, messages = _plain_steps(_sb3_stack(plain_role))
+    assert plain_role.asked  # the picks make imagined calls: the half-step path is exercised below
+
+    ends = []
+    role = Echo()
+    trajs = collect(
+        [_sb3_stack(role)],
+        _Picks(PICKS),
+        1,
+        task_ids=[TASK],
+        progress=False,
+        on_episode=lambda t, info: ends.append(info),
+    )
+    assert role.asked and [r.messages for r in role.asked] == [r.messages for r in plain_role.asked]
+    assert trajs[0].episode.reward == reward and ends[0]["messages"] == messages
+
+    vec_role = Echo()
+    vec = ToolCallVectorEnv([lambda: _sb3_stack(vec_role)] * 2)
+    obs, _ = vec.reset(seed=[0, 0], options={"task_id": [TASK, TASK]})
+    vec_seen = [obs]
+    for pick in PICKS[: len(seen) - 1]:
+        obs, rewards, _, _, infos = vec.step(np.array([pick, pick]))
+        vec_seen.append(obs)
+    assert all(np.array_equal(v[0], s) and np.array_equal(v[1], s) for v, s in zip(vec_seen, seen, strict=True))
+    assert rewards.tolist() == [reward, reward] and len(vec_role.asked) == 2 * len(plain_role.asked)
 
 
 def _one_call_then_answer(policy, stop):

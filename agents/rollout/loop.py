@@ -16,18 +16,18 @@ logprobs that generated them, the env-role samples. TRL (``env_mask``), verl (``
 trainer read the same record. :func:`~envace_gym.agents.eval.evaluate.evaluate` and
 :func:`~envace_gym.agents.scripted.play_episode` are thin calls of :func:`collect`.
 
-**The env role is a half-step the loop drives** (issue 20). Each step, every env begins its step
-(``ToolCallEnv.begin_step``: parse, checks, real calls) and hands back its imagined calls as requests; the
-loop answers all of them in one engine call per round (``imagine_batch``, with ``env_role_sampling`` passed
-in, never set on the policy), an inline request continuing the actor's token stream that the loop holds, and
-each env ends its step through its wrappers (``env.step(pending)``); a process vector env's workers do the
-same, so the env role is batched across processes too (:mod:`.remote`). We chose this over an asyncio
-design (an episode coroutine per env, with one engine scheduler batching actor and env-role requests):
-the env's hooks (``run_calls``, ``on_answer``, benchmark envs' overrides) and its backends are synchronous,
-and an asyncio loop would need them all async (or threads again) to suspend at an imagined call; the
-half-step needs one seam in the env (calls that can wait for an answer) and keeps each loop a straight
-sequence: act, step, record. What asyncio would add, actor and env-role requests of different envs sharing
-one engine call, is left for when an engine can run mixed batches that pay for it.
+**The env role is a half-step the loop drives.** Each step, every env begins its step (``halfstep.begin_step``
+through its action wrappers to ``ToolCallEnv.begin_step``: parse, checks, real calls) and hands back its imagined
+calls as requests; the loop answers all of them in one engine call per round (``imagine_batch``, with
+``env_role_sampling`` passed in, never set on the policy), an inline request continuing the actor's token stream
+that the loop holds, and each env ends its step through its wrappers (``env.step(action)``, the same action); a
+process vector env's workers do the same, so the env role is batched across processes too (:mod:`.remote`). We chose
+this over an asyncio design (an episode coroutine per env, with one engine scheduler batching actor and env-role
+requests): the env's hooks (``on_calls``, ``on_answer``, benchmark envs' overrides) and its backends are
+synchronous, and an asyncio loop would need them all async (or threads again) to suspend at an imagined call; the
+half-step needs one seam in the env (calls that can wait for an answer) and keeps each loop a straight sequence:
+act, step, record. What asyncio would add, actor and env-role requests of different envs sharing one engine call, is
+left for when an engine can run mixed batches that pay for it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ only, so :class:`RemoteEnvs` maps one onto the other:
   which the parent answers (:func:`~envace_gym.rehearsal.halfstep.step_envs`: one engine call per round
   for all workers) with its LM policy, for workers whose env role is a copy of that policy (the same
   ``name``; others answer in their own process, unbatched); the step then ends through each worker's
-  wrappers with ``vec.step(pendings)``.
+  wrappers with ``vec.step(actions)``, the same actions. A worker's action wrappers are not applied at the
+  beginning (the parent cannot reach them): a vector env whose action space is not the env's text space has
+  its env role answered in its workers.
 """
 
 from __future__ import annotations
@@ -83,7 +85,12 @@ class RemoteEnvs:
         # The name of each worker's env role (a SelfRehearsalEnv's imaginer), or None: the parent answers for
         # a worker whose env role has its own policy's name (a copy of it), through the workers' pipes.
         self.imaginer_names: list[str | None] = [None] * self.num_envs
-        if getattr(vec, "parent_pipes", None) is not None and all(vec.call("has_wrapper_attr", "imaginer_name")):
+        text_actions = isinstance(vec.single_action_space, gym.spaces.Text)  # else a worker's wrapper maps them
+        if (
+            text_actions
+            and getattr(vec, "parent_pipes", None) is not None
+            and all(vec.call("has_wrapper_attr", "imaginer_name"))
+        ):
             self.imaginer_names = list(vec.call("imaginer_name"))
         self._playing = np.zeros(self.num_envs, dtype=bool)  # reset by us for an episode that has not ended
         self._ended = np.zeros(self.num_envs, dtype=bool)  # the worker's env ended and was not reset since
@@ -137,7 +144,7 @@ class RemoteEnvs:
         return [result for result, _ in replies]
 
     def step(self, indices: list[int], actions: list[Any]) -> list[tuple]:
-        """Step sub-envs ``indices`` with ``actions`` (or their half-steps' pending steps); every
+        """Step sub-envs ``indices`` with ``actions`` (which also end their begun half-steps); every
         other sub-env idles (see the module docstring)."""
         batch = [IDLE_ACTION] * self.num_envs
         for i, action in zip(indices, actions, strict=True):

@@ -1,12 +1,13 @@
 """One step of many envs, their env role answered in one call per imaginer and round (the rollout loop,
 ``envace_gym.agents.rollout.collect``, and the native vector env, :mod:`envace_gym.vector`, both step this way).
 
-Each env's step runs in two halves (``ToolCallEnv.begin_step`` / ``continue_step``, then ``env.step(pending)``
-through its wrappers): :func:`step_envs` begins every env's step, sends all the env-role requests that wait
-(at most one per env) to their imaginer as one ``imagine_batch`` call, hands each env its answer, and repeats
-while any env waits (a message with several imagined calls needs one round per call: each call is asked with
-the answers before it in view), then finishes every step. No thread, no callback into the policy from inside
-``env.step``: the loop that holds the actor's token stream drives the env role, with its sampling passed in.
+Each env's step runs in two halves (:func:`begin_step` through the wrappers to ``ToolCallEnv.begin_step``,
+``continue_step`` per request, then ``env.step(action)`` through the wrappers with the same action):
+:func:`step_envs` begins every env's step, sends all the env-role requests that wait (at most one per env) to their
+imaginer as one ``imagine_batch`` call, hands each env its answer, and repeats while any env waits (a message with
+several imagined calls needs one round per call: each call is asked with the answers before it in view), then
+finishes every step. No thread, no callback into the policy from inside ``env.step``: the loop that holds the
+actor's token stream drives the env role, with its sampling passed in.
 """
 
 from __future__ import annotations
@@ -22,22 +23,52 @@ from .protocol import BatchImaginer, ImagineRequest
 if TYPE_CHECKING:
     from ..env import PendingStep
 
-__all__ = ["Asker", "LocalEnvs", "answer_requests", "half_step_base", "imaginer_of", "step_envs", "with_context"]
+__all__ = [
+    "Asker",
+    "LocalEnvs",
+    "answer_requests",
+    "begin_step",
+    "half_step_route",
+    "imaginer_of",
+    "step_envs",
+    "with_context",
+]
 
 #: ``(request, slot index) -> request``: what the loop adds to a request before it is answered (an inline
 #: request gets the actor's exact token context and cache key).
 Asker = Callable[[ImagineRequest, int], ImagineRequest]
 
 
-def half_step_base(env: gym.Env) -> Any:
-    """The env that runs ``env``'s half-steps (its ``unwrapped``), or None when it has none (then ``env.step``
-    runs whole). A wrapper that changes actions would be bypassed by ``begin_step``: refused."""
+def half_step_route(env: gym.Env) -> tuple[Any, list[gym.ActionWrapper]] | None:
+    """How ``env``'s half-steps run: the env that runs them (its ``unwrapped``) and the action wrappers on the
+    way there, outermost first; None when the base has no half-steps (then ``env.step`` runs whole). A wrapper
+    that changes the action space without being a ``gym.ActionWrapper`` is refused: its mapping lives inside
+    its ``step``, where a half-step cannot apply it."""
+    mappings: list[gym.ActionWrapper] = []
     inner = env
     while isinstance(inner, gym.Wrapper):
         if isinstance(inner, gym.ActionWrapper):
-            raise TypeError(f"{type(inner).__name__} changes actions, which a half-step (begin_step) would bypass")
+            mappings.append(inner)
+        elif inner.action_space is not inner.env.action_space and inner.action_space != inner.env.action_space:
+            raise TypeError(
+                f"{type(inner).__name__} changes the action space inside step(); make it a gym.ActionWrapper so "
+                "that a half-step (begin_step) can map actions on the way in"
+            )
         inner = inner.env
-    return inner if callable(getattr(inner, "begin_step", None)) else None
+    return (inner, mappings) if callable(getattr(inner, "begin_step", None)) else None
+
+
+def begin_step(env: gym.Env, action: Any) -> PendingStep:
+    """Begin ``env``'s step with ``action`` as ``env.step(action)`` would: each action wrapper's ``action()``
+    maps it on the way in, then the base begins (``ToolCallEnv.begin_step``). End the step with
+    ``env.step(action)``, the same action, once every request is answered (``continue_step`` on the base)."""
+    route = half_step_route(env)
+    if route is None:
+        raise TypeError(f"{type(env.unwrapped).__name__} has no half-steps (begin_step)")
+    base, mappings = route
+    for wrapper in mappings:
+        action = wrapper.action(action)
+    return base.begin_step(action)
 
 
 def imaginer_of(env: gym.Env) -> Any:
@@ -78,21 +109,17 @@ class LocalEnvs:
 
     def __init__(self, envs: Sequence[gym.Env]) -> None:
         self.envs = list(envs)
-        self._bases: dict[int, Any] = {}  # found on first use: only envs whose env role the caller answers
-
-    def _base(self, index: int) -> Any:
-        if index not in self._bases:
-            self._bases[index] = half_step_base(self.envs[index])
-        return self._bases[index]
+        self._halves: dict[int, bool] = {}  # found on first use: only envs whose env role the caller answers
 
     def begin_steps(self, indices: Sequence[int], actions: Sequence[Any]) -> list[PendingStep | None]:
-        return [
-            base.begin_step(a) if (base := self._base(i)) is not None else None
-            for i, a in zip(indices, actions, strict=True)
-        ]
+        """Each env's :func:`begin_step`; None for an env without half-steps (it then steps whole)."""
+        for i in indices:
+            if i not in self._halves:
+                self._halves[i] = half_step_route(self.envs[i]) is not None
+        return [begin_step(self.envs[i], a) if self._halves[i] else None for i, a in zip(indices, actions, strict=True)]
 
     def continue_steps(self, indices: Sequence[int], answers: Sequence[Any]) -> list[PendingStep]:
-        return [self._base(i).continue_step([a]) for i, a in zip(indices, answers, strict=True)]
+        return [self.envs[i].unwrapped.continue_step([a]) for i, a in zip(indices, answers, strict=True)]
 
     def step(self, indices: Sequence[int], actions: Sequence[Any]) -> list[tuple]:
         return [self.envs[i].step(a) for i, a in zip(indices, actions, strict=True)]
@@ -123,8 +150,7 @@ def step_envs(
             requests = [ask(r, i) for r, i in zip(requests, waiting, strict=True)]
         answers = answer_requests(requests, [imaginers[i] for i in waiting], sampling)
         pending.update(zip(waiting, group.continue_steps(waiting, answers), strict=True))
-    finishing = [p if (p := pending[i]) is not None else a for i, a in zip(indices, actions, strict=True)]
-    return group.step(list(indices), finishing)
+    return group.step(list(indices), list(actions))  # ends each begun step through its wrappers
 
 
 def with_context(request: ImagineRequest, ids: list[int], text: str, key: str) -> ImagineRequest:

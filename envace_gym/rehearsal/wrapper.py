@@ -98,7 +98,7 @@ class SelfRehearsalEnv(gym.Wrapper):
         return dataclasses.replace(spec, nondeterministic=True) if spec is not None else None
 
     def step(self, action: Any):
-        """Gymnasium's step (``action`` may be a half-step's :class:`~envace_gym.env.PendingStep`, see
+        """Gymnasium's step (it also ends a half-step begun with the same action, see
         ``ToolCallEnv.begin_step``); ``info["rehearsal"]`` always holds the step's env-role samples."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         info.setdefault("rehearsal", [])

@@ -171,7 +171,7 @@ def build_candidates(
     return [s if s is not None else PAD_ANSWER for s in slots], mask
 
 
-class CandidateActions(gym.Wrapper):
+class CandidateActions(gym.ActionWrapper):
     """Turns the text action space into ``Discrete(k)`` over candidate messages (module docstring).
 
     Args:
@@ -182,7 +182,8 @@ class CandidateActions(gym.Wrapper):
 
     ``info["candidates"]`` lists the ``k`` texts for the *next* action, ``info["action_mask"]`` which are real;
     after a step ``info["action_text"]`` is the text that was sent. :meth:`action_masks` serves
-    sb3-contrib's ``MaskablePPO``. The wrapped env is not changed.
+    sb3-contrib's ``MaskablePPO``. The wrapped env is not changed. A ``gym.ActionWrapper``: :meth:`action`
+    maps an index to its text, so a half-step (a rollout loop batching the env role) maps it on the way in.
     """
 
     def __init__(self, env: gym.Env, k: int = 16, n_answers: int = 4) -> None:
@@ -204,11 +205,15 @@ class CandidateActions(gym.Wrapper):
         obs, info = self.env.reset(seed=seed, options=options)
         return obs, self._refresh(info)
 
-    def step(self, action: Any):
+    def action(self, action: Any) -> str:
+        """The candidate text of index ``action`` (of the candidates offered by the last reset or step)."""
         index = int(action)
         if not 0 <= index < self.k:
             raise ValueError(f"action {action!r} is outside Discrete({self.k})")
-        text = self._candidates[index]
+        return self._candidates[index]
+
+    def step(self, action: Any):
+        text = self.action(action)
         obs, reward, terminated, truncated, info = self.env.step(text)
         info = self._refresh(info) if not (terminated or truncated) else dict(info)
         info["action_text"] = text

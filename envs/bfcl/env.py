@@ -185,8 +185,7 @@ class BFCLEnv(ToolCallEnv):
             fork.backend = _TurnGate(backend, fork.task, fork.user_turn)  # type: ignore[assignment]
         return fork  # type: ignore[return-value]
 
-    def run_calls(self, calls: list[ToolCall], errors: list[Any]) -> tuple[str, list[ToolResult]]:
-        observation, results = super().run_calls(calls, errors)
+    def on_calls(self, calls: list[ToolCall], errors: list[Any], results: list[ToolResult]) -> None:
         turn = self.user_turn
         self._attempted[turn].extend(ToolCall(c.name, c.arguments) for c in calls)
         for result in results:
@@ -195,7 +194,6 @@ class BFCLEnv(ToolCallEnv):
                 self._executed[turn].append(ToolCall(result.call.name, result.call.arguments))
         if calls:
             self._call_steps += 1
-        return observation, results
 
     def on_answer(self, content: str) -> tuple[str, bool]:
         observation, terminated = super().on_answer(content)

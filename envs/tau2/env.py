@@ -201,8 +201,7 @@ class Tau2Env(ToolCallEnv):
         self._real = False  # its forks' calls are imagined: no tau2 environment answers them
 
     # ------------------------------------------------------------------ agent side
-    def run_calls(self, calls: list[ToolCall], errors: list[Any]) -> tuple[str, list[Any]]:
-        observation, results = super().run_calls(calls, errors)
+    def on_calls(self, calls: list[ToolCall], errors: list[Any], results: list[Any]) -> None:
         logged = []
         for r in results:
             # Calls our checks refused never reached tau2; an imagined result that was unusable neither.
@@ -211,7 +210,6 @@ class Tau2Env(ToolCallEnv):
         text = self.parsed.content or None  # the step's one parse (an over-long action is never parsed)
         self.log.messages.append(LoggedMessage("assistant", text, logged))
         self._errors += len(errors) + sum(1 for r in results if not r.ok)
-        return observation, results
 
     def _logged(self, result: Any, requestor: str, world: Tau2Backend | None = None) -> LoggedCall:
         """The log entry of an executed call, with tau2's own tool-message content where a real
