@@ -175,7 +175,7 @@ def test_an_lm_policys_draft_is_generated_with_its_own_sampling_and_counted_apar
     (traj,) = collect([real_env(calls)], agent, 1, task_ids=[TASK], progress=False)
     assert calls == [as_recorded(RIGHT)] and traj.success
     first = traj.notes[0]
-    drafted = agent.tokenizer.encode(format_calls([ToolCall(*WRONG)]), add_special_tokens=False)
+    drafted = agent.policy.tokenizer.encode(format_calls([ToolCall(*WRONG)]), add_special_tokens=False)
     assert first["choice"] == "agreement" and first["draft_tokens"] == len(drafted) + 1  # and the end of turn
     (plain,) = collect([real_env([])], PrivateRehearsal(scripted_lm([RIGHT, RIGHT]), budget=2, use="select",
                        imaginer=WrongWorld()), 1, task_ids=[TASK], progress=False)  # fmt: skip
@@ -259,10 +259,10 @@ def test_no_rehearsal_text_reaches_the_actors_tokens_and_committed_turns_read_as
     (plain,) = collect([real_env([])], scripted_lm([]), 1, task_ids=[TASK], progress=False)
     assert calls == [as_recorded(RIGHT)] and traj.success and [n["choice"] for n in traj.notes] == ["agreement"] * 2
     assert traj.token_ids == plain.token_ids and traj.roles == plain.roles  # as if the policy had generated them
-    text = agent.tokenizer.decode(traj.token_ids)
+    text = agent.policy.tokenizer.decode(traj.token_ids)
     assert "2215.7" in text and str(IMAGINED) not in text  # only the real result
     assert "Rehearsal" not in text and "rehears" not in text.lower() and MEMORY_HEADER not in text
-    actor = agent.tokenizer.decode([t for t, r in zip(traj.token_ids, traj.roles, strict=True) if r == "actor"])
+    actor = agent.policy.tokenizer.decode([t for t, r in zip(traj.token_ids, traj.roles, strict=True) if r == "actor"])
     assert actor == "".join(m["content"] + "<|im_end|>" for m in traj.messages if m["role"] == "assistant")
 
 

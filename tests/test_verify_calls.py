@@ -152,10 +152,10 @@ def test_the_env_role_is_asked_as_the_env_asks_blind_and_with_the_draft():
 
 def test_the_private_note_and_the_draft_never_reach_the_committed_context():
     traj, _, _, agent = run([BAD])
-    text = agent.tokenizer.decode(traj.token_ids)
+    text = agent.policy.tokenizer.decode(traj.token_ids)
     assert NOTE_MARK not in text and "90000" not in text and "insufficient funds" not in text
     assert NOTE_MARK not in json.dumps(traj.messages) and "90000" not in json.dumps(traj.messages)
-    actor = agent.tokenizer.decode([t for t, r in zip(traj.token_ids, traj.roles, strict=True) if r == "actor"])
+    actor = agent.policy.tokenizer.decode([t for t, r in zip(traj.token_ids, traj.roles, strict=True) if r == "actor"])
     assert actor == "".join(m["content"] + "<|im_end|>" for m in traj.messages if m["role"] == "assistant")
     assert format_calls([ToolCall(*GOOD)]) in actor
 

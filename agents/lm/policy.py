@@ -50,6 +50,9 @@ class LMPolicy:
         engine: a generation engine (an :class:`~.protocols.Engine`); default :class:`HFEngine` over ``model``.
     """
 
+    #: What makes it an LM policy for the episode loop (see :func:`~.protocols.is_lm_policy`).
+    drives_engine = True
+
     def __init__(
         self,
         model: Any,

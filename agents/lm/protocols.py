@@ -60,7 +60,10 @@ class WeightSyncingEngine(Engine, Protocol):
 class LMPolicyLike(Protocol):
     """A policy that works on tokens: the rollout loop encodes its prompts and drives its engine itself
     (one batched call for all envs), where a text policy gets ``act(obs, info)`` per env.
-    :class:`~.policy.LMPolicy` is one; so is a wrapper that forwards these two methods."""
+    :class:`~.policy.LMPolicy` is one. A class says it is one with the class attribute ``drives_engine =
+    True`` (see :func:`is_lm_policy`)."""
+
+    drives_engine: bool
 
     def encode_prompt(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
@@ -77,8 +80,8 @@ class LMPolicyLike(Protocol):
 
 
 def is_lm_policy(policy: Any) -> bool:
-    """Whether ``policy`` is driven through its engine (:class:`LMPolicyLike`) rather than acting on text.
-
-    A protocol check, not ``hasattr`` dispatch. (Python 3.11 checks a protocol's members with ``hasattr``,
-    so a wrapper that forwards them through ``__getattr__`` passes; 3.12 looks them up statically.)"""
-    return isinstance(policy, LMPolicyLike)
+    """Whether ``policy`` is driven through its engine (:class:`LMPolicyLike`) rather than acting on text:
+    its class declares ``drives_engine = True``. Read from the class, not the instance, so the answer is the
+    same on every Python and an object that forwards attributes cannot pass for a policy it holds (hooks are
+    held explicitly: :class:`~envace_gym.agents.rollout.PolicyHooks`)."""
+    return getattr(type(policy), "drives_engine", False) is True

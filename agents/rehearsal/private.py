@@ -69,7 +69,8 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from envace_gym.agents.lm.protocols import is_lm_policy
-from envace_gym.agents.rollout.loop import PolicyChoice, PolicyNote, Trajectory, collect
+from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext
+from envace_gym.agents.rollout.loop import Trajectory, collect
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import parse_calls, tool_calls_to_openai, tool_names_of
 from envace_gym.compose import rehearse
@@ -116,28 +117,20 @@ def rehearsal_tokens(trajectory: Trajectory) -> int:
     return trajectory.actor_tokens + sum(len(s.completion_ids) for s in trajectory.env_role_samples)
 
 
-class _Noted:
-    """A policy that adds a fixed note per env (by identity) through ``collect``'s hook, once, where the env's
-    episode starts: a sequential rehearsal sees the memory of the ones before it."""
+class _Noted(PolicyHooks):
+    """``policy`` with a fixed note per env (by identity), added through ``collect``'s hook once, where the
+    env's episode starts: a sequential rehearsal sees the memory of the ones before it."""
 
     def __init__(self, policy: LMPolicyLike | TextPolicy, notes: dict[int, str | None]) -> None:
-        self._policy, self._notes = policy, dict(notes)
+        self.policy, self._notes = policy, dict(notes)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._policy, name)
-
-    def prepare_turns(self, envs: Sequence[gym.Env], infos: Sequence[dict[str, Any]]) -> list[PolicyNote | None]:
+    def prepare_turns(
+        self, envs: Sequence[gym.Env], infos: Sequence[dict[str, Any]], ctx: TurnContext | None = None
+    ) -> list[PolicyNote | None]:
         return [PolicyNote(n) if (n := self._notes.pop(id(env), None)) else None for env in envs]
 
-    # A text policy keeps per-episode state: these reach it through the explicit methods, not __getattr__.
-    def reset(self) -> None:
-        self._policy.reset()
 
-    def act(self, obs: str, info: dict[str, Any]) -> str:
-        return self._policy.act(obs, info)
-
-
-class PrivateRehearsal:
+class PrivateRehearsal(PolicyHooks):
     """A policy that rehearses each task privately in imagination before acting for real.
 
     Args:
@@ -228,25 +221,15 @@ class PrivateRehearsal:
         self.judge = judge if judge is not None else (policy if self._is_lm else None)
         if use == "select" and choose == "judge" and self.judge is None:
             raise ValueError("choose='judge' needs a language-model policy or judge=<policy> to give the verdict")
-        self.rehearsal_sampling = sampling  # not `sampling`: that name reads through to the policy's
+        self.rehearsal_sampling = sampling
         self._round = 0  # rehearsal rounds played so far: each gets its own sampling seed
         how = f"{mode},{budget}" if use == "memory" else f"select-{choose},{mode},{budget}"
         self.name = f"{getattr(policy, 'name', None) or type(policy).__name__}+rehearsal({how})"
 
-    # ------------------------------------------------------------------ a policy like the one it wraps
-    def __getattr__(self, name: str) -> Any:
-        if name == "policy":  # not set yet (during unpickling or a failed __init__)
-            raise AttributeError(name)
-        return getattr(self.policy, name)
-
-    def reset(self) -> None:
-        self.policy.reset()
-
-    def act(self, obs: str, info: dict[str, Any]) -> str:
-        return self.policy.act(obs, info)
-
     # ------------------------------------------------------------------ collect()'s hooks
-    def prepare_turns(self, envs: Sequence[gym.Env], infos: Sequence[dict[str, Any]]) -> list[PolicyNote | None]:
+    def prepare_turns(
+        self, envs: Sequence[gym.Env], infos: Sequence[dict[str, Any]], ctx: TurnContext | None = None
+    ) -> list[PolicyNote | None]:
         """(memory) Rehearse each env's task from where it stands; one note (memory and statistics) per env, or
         None where nothing is rehearsed (select mode, budget 0, or a later user turn without ``each_user_turn``)."""
         todo = [i for i, info in enumerate(infos) if info.get("user_turn", 0) == 0 or self.each_user_turn]
@@ -273,16 +256,22 @@ class PrivateRehearsal:
         return notes
 
     def choose_actions(
-        self, envs: Sequence[gym.Env], observations: Sequence[Any], infos: Sequence[dict[str, Any]]
+        self,
+        envs: Sequence[gym.Env],
+        observations: Sequence[Any],
+        infos: Sequence[dict[str, Any]],
+        ctx: TurnContext | None = None,
     ) -> list[PolicyChoice | None]:
         """(select) Before an actor turn: rehearse each env from where it stands and choose the first message to
-        commit; None for every env in memory mode or with budget 0 (the policy acts as it would)."""
+        commit; None for every env in memory mode or with budget 0 (the policy acts as it would). A draft is
+        sampled as the rollout samples (``ctx.sampling``; without a context, the policy's own)."""
         if self.use != "select" or self.budget == 0:
             return [None] * len(envs)
         t0 = time.monotonic()
         starts = [len(info["messages"]) for info in infos]
         drafted = self.choose in ("draft", "outcome")
-        drafts = self._drafts(observations, infos) if drafted else [None] * len(envs)
+        sampling = ctx.sampling if ctx is not None else None
+        drafts = self._drafts(observations, infos, sampling) if drafted else [None] * len(envs)
         played, agreed, user_tokens = self._rehearse(envs, observations, starts, _first_messages_agree)
         choices = [
             self._select(p, n, info["messages"], draft)
@@ -408,14 +397,15 @@ class PrivateRehearsal:
         return PolicyChoice(text, {**stats, "choice": "outcome", "chosen": index + 1, "votes": votes[plan]})
 
     def _drafts(
-        self, observations: Sequence[Any], infos: Sequence[dict[str, Any]]
+        self, observations: Sequence[Any], infos: Sequence[dict[str, Any]], sampling: SamplingConfig | None = None
     ) -> list[tuple[str, tuple | None, int]]:
         """(choose="draft" or "outcome") The policy's own next message in each env, as it would act now: its
         text, its plan (None where it is no candidate) and the tokens it took. An LM policy drafts all envs in one
-        batched call with its own sampling; a text policy drafts through a copy (its episode state stays as it
-        is)."""
+        batched call with ``sampling`` (default its own); a text policy drafts through a copy (its episode state
+        stays as it is)."""
         if self._is_lm:
-            gens = self.policy.act_batch([(info["messages"], info["tools"]) for info in infos], self.policy.sampling)
+            conversations = [(info["messages"], info["tools"]) for info in infos]
+            gens = self.policy.act_batch(conversations, sampling or self.policy.sampling)
             texts, tokens = [g.text for g in gens], [len(g.token_ids) for g in gens]
         else:
             texts = [copy.deepcopy(self.policy).act(obs, info) for obs, info in zip(observations, infos, strict=True)]

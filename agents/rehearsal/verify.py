@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from envace_gym.agents.lm.protocols import is_lm_policy
-from envace_gym.agents.rollout.loop import PolicyChoice
+from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, TurnContext
 from envace_gym.calls import ToolCall, canonical_json, parse_calls, tool_calls_to_openai
 from envace_gym.rehearsal import ImaginedBackend, Imaginer, ImagineRequest
 from envace_gym.rehearsal.halfstep import answer_requests
@@ -93,7 +93,7 @@ def _no_real_backend(task: Task) -> Any:
     raise RuntimeError("the verifier never reaches a real backend")
 
 
-class VerifiedCalls:
+class VerifiedCalls(PolicyHooks):
     """A policy whose state-changing calls the env role checks before they are sent (see the module docstring).
 
     Args:
@@ -114,10 +114,10 @@ class VerifiedCalls:
         revise_prompt: str = REVISE_PROMPT,
         read_only: Callable[[str, dict[str, Any] | None], bool] = is_read_only,
     ) -> None:
+        if isinstance(policy, PolicyHooks):
+            raise ValueError("VerifiedCalls wraps a plain LM policy, not one with hooks of its own (PrivateRehearsal)")
         if not is_lm_policy(policy):
             raise ValueError("VerifiedCalls needs a language-model policy (it drafts and revises its messages)")
-        if any(callable(getattr(policy, hook, None)) for hook in ("prepare_turns", "choose_actions")):
-            raise ValueError("VerifiedCalls wraps a plain LM policy, not one with hooks of its own (PrivateRehearsal)")
         if "{errors}" not in revise_prompt:
             raise ValueError("revise_prompt must hold {errors} (where the predicted failures go)")
         self.policy, self.revise_prompt, self.read_only = policy, revise_prompt, read_only
@@ -125,26 +125,20 @@ class VerifiedCalls:
         self._generator: Any = None
         self.name = f"{getattr(policy, 'name', None) or type(policy).__name__}+verify"
 
-    # ------------------------------------------------------------------ an LM policy like the one it wraps
-    def __getattr__(self, name: str) -> Any:
-        if name == "policy":  # not set yet (during unpickling or a failed __init__)
-            raise AttributeError(name)
-        return getattr(self.policy, name)
-
-    def encode_prompt(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> Any:
-        return self.policy.encode_prompt(messages, tools)
-
-    def generate_ids(self, prompts: Sequence[Sequence[int]], **kwargs: Any) -> Any:
-        return self.policy.generate_ids(prompts, **kwargs)
-
     # ------------------------------------------------------------------ collect()'s hook
     def choose_actions(
-        self, envs: Sequence[gym.Env], observations: Sequence[Any], infos: Sequence[dict[str, Any]]
+        self,
+        envs: Sequence[gym.Env],
+        observations: Sequence[Any],
+        infos: Sequence[dict[str, Any]],
+        ctx: TurnContext | None = None,
     ) -> list[PolicyChoice | None]:
         """Draft each env's message, predict its state-changing calls, revise the ones predicted to fail;
-        the message to commit and the decision's statistics, per env."""
+        the message to commit and the decision's statistics, per env. Drafts and revisions are sampled as the
+        rollout samples (``ctx.sampling``; without a context, the policy's own)."""
         t0 = time.monotonic()
-        drafts = self._generate([(info["messages"], info["tools"]) for info in infos])
+        sampling = (ctx.sampling if ctx is not None else None) or self.policy.sampling
+        drafts = self._generate([(info["messages"], info["tools"]) for info in infos], sampling)
         checks = [self._requests(env, info, d.text) for env, info, d in zip(envs, infos, drafts, strict=True)]
         flat = [request for _, asked in checks for _, request in asked]
         answers = iter(answer_requests(flat, [self.imaginer] * len(flat)) if flat else [])
@@ -178,11 +172,11 @@ class VerifiedCalls:
             )
         texts = [d.text for d in drafts]
         revise = {k: self._revision_context(infos[k], texts[k], errors) for k, errors in enumerate(failures) if errors}
-        for k in [k for k, context in revise.items() if not self._fits(context)]:
+        for k in [k for k, context in revise.items() if not self._fits(context, sampling.max_new_tokens)]:
             del revise[k]  # no room in the model's context to revise: the draft goes out, as without the verifier
             stats[k].update(fired=0, too_long=1)
         if revise:
-            for k, gen in zip(revise, self._generate(list(revise.values())), strict=True):
+            for k, gen in zip(revise, self._generate(list(revise.values()), sampling), strict=True):
                 texts[k] = gen.text
                 stats[k]["revision_tokens"] = len(gen.token_ids)
         seconds = (time.monotonic() - t0) / len(envs)  # the batch's time, shared evenly
@@ -191,17 +185,18 @@ class VerifiedCalls:
         return [PolicyChoice(text, s) for text, s in zip(texts, stats, strict=True)]
 
     # ------------------------------------------------------------------ internals
-    def _fits(self, conversation: tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]) -> bool:
+    def _fits(self, conversation: tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]], max_new: int) -> bool:
         """Whether a revision from ``conversation`` fits the model's context, as the loop requires of a turn."""
         limit = getattr(self.policy, "max_context", None)
         if limit is None:
             return True
         ids, _ = self.policy.encode_prompt(*conversation)
-        return len(ids) + self.policy.sampling.max_new_tokens <= limit
+        return len(ids) + max_new <= limit
 
-    def _generate(self, conversations: Sequence[tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]]) -> list:
-        """The policy's next message for each ``(messages, tools)``, in one batched call at its sampling."""
-        sampling = self.policy.sampling
+    def _generate(
+        self, conversations: Sequence[tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]], sampling: Any
+    ) -> list:
+        """The policy's next message for each ``(messages, tools)``, in one batched call at ``sampling``."""
         if self._generator is None and sampling.seed is not None:
             import torch
 

@@ -2,11 +2,10 @@
 env-role requests the loop answers in batches, live in :mod:`envace_gym.rehearsal.halfstep`, shared with the
 native vector env)."""
 
+from .hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext
 from .loop import (
     EnvRoleSample,
     EpisodeResult,
-    PolicyChoice,
-    PolicyNote,
     Trajectory,
     collect,
     load_trajectories,
@@ -17,8 +16,10 @@ __all__ = [
     "EnvRoleSample",
     "EpisodeResult",
     "PolicyChoice",
+    "PolicyHooks",
     "PolicyNote",
     "Trajectory",
+    "TurnContext",
     "collect",
     "load_trajectories",
     "save_trajectories",

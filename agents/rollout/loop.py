@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.chat import ROLES, ChatFormat, TokenStream, assistant_text
 from envace_gym.agents.lm.protocols import is_lm_policy
+from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext
 from envace_gym.agents.rollout.remote import RemoteEnvs
 from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal import EnvRoleSample, ImagineRequest
@@ -58,8 +59,10 @@ __all__ = [
     "EpisodeResult",
     "EnvRoleSample",
     "PolicyChoice",
+    "PolicyHooks",
     "PolicyNote",
     "Trajectory",
+    "TurnContext",
     "collect",
     "save_trajectories",
     "load_trajectories",
@@ -96,27 +99,6 @@ class EpisodeResult:
             calls_failed=info["call_counts"]["failed"],
             messages=info["messages"],
         )
-
-
-@dataclass
-class PolicyNote:
-    """What a policy's ``prepare_turns`` hook adds before it acts on a new user turn (see :func:`collect`):
-    ``text``, which the policy sees and the env never does, and ``stats``, kept with the text on the
-    trajectory (``trajectory.notes``). Test-time private rehearsal gives its rehearsal memory this way."""
-
-    text: str
-    stats: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class PolicyChoice:
-    """What a policy's ``choose_actions`` hook decides before an actor turn (see :func:`collect`): ``action``,
-    committed as the actor's message instead of one the policy generates (None: it acts as usual), and
-    ``stats``, kept on the trajectory as a note without text (``trajectory.notes``), which nobody is shown.
-    Test-time private rehearsal in select mode commits the first message of the rehearsal it chose this way."""
-
-    action: str | None = None
-    stats: dict[str, Any] = field(default_factory=dict)
 
 
 def _from_episode(name: str) -> property:
@@ -307,9 +289,20 @@ def _text_policies(policy: Any, n_envs: int) -> list[TextPolicy]:
             "so give one per env (a list as long as envs)"
         )
     for actor in actors:
-        if not (callable(getattr(actor, "act", None)) and callable(getattr(actor, "reset", None))):
-            raise TypeError(f"{actor!r} is neither an LM policy nor a text policy (reset(), act(obs, info))")
+        acting = _acting(actor)
+        if not (callable(getattr(acting, "act", None)) and callable(getattr(acting, "reset", None))):
+            raise TypeError(f"{acting!r} is neither an LM policy nor a text policy (reset(), act(obs, info))")
     return actors
+
+
+def _acting(actor: Any) -> Any:
+    """The policy that acts: the one a :class:`PolicyHooks` holds, else ``actor`` itself."""
+    return actor.policy if isinstance(actor, PolicyHooks) else actor
+
+
+def _hook(actor: Any, name: str) -> Callable[..., list] | None:
+    """``actor``'s hook ``name`` where it is a :class:`PolicyHooks` that overrides it, else None."""
+    return getattr(actor, name) if isinstance(actor, PolicyHooks) and actor.overrides(name) else None
 
 
 def _imaginer(env: Any, group: Any, index: int, lm: LMPolicy | None) -> Any:
@@ -344,6 +337,8 @@ def _with_note(slot: _Slot) -> dict[str, Any]:
 
 
 def _policy_name(actor: Any) -> str:
+    if isinstance(actor, PolicyHooks):
+        return actor.name or _policy_name(actor.policy)
     return getattr(actor, "name", None) or type(actor).__name__
 
 
@@ -363,7 +358,7 @@ class _Episodes:
         slot.episode, self.next = self.next, self.next + 1
         options = {"task_id": self.task_ids[slot.episode % len(self.task_ids)]} if self.task_ids else None
         if slot.actor is not None:
-            slot.actor.reset()
+            _acting(slot.actor).reset()
         seed = None if self.seed is None else self.seed + slot.episode
         slot.obs, slot.info = slot.env.reset(seed=seed, options=options)
         slot.tools = slot.info["tools"]
@@ -401,7 +396,7 @@ def _ended(slot: _Slot, outcome: tuple) -> bool:
 
 def collect(
     envs: Sequence[gym.Env] | gym.vector.VectorEnv,
-    policy: LMPolicy | TextPolicy | Sequence[TextPolicy],
+    policy: LMPolicy | TextPolicy | PolicyHooks | Sequence[TextPolicy | PolicyHooks],
     episodes: int,
     sampling: SamplingConfig | None = None,
     task_ids: Sequence[str] | None = None,
@@ -423,7 +418,8 @@ def collect(
             be answered here, batched across processes (see :mod:`envace_gym.agents.rollout.remote`).
         policy: an :class:`LMPolicy` (its engine generates every actor turn, for all envs in one call), or
             text policies: one ``TextPolicy`` for a single env, else a list with one per env (each is
-            ``reset()`` at the start of each of its episodes).
+            ``reset()`` at the start of each of its episodes); or a :class:`PolicyHooks` (or one per env)
+            holding such a policy, whose hooks the loop calls.
         episodes: how many episodes in total.
         sampling: (LM policy) overrides ``policy.sampling``; ``sampling.seed`` makes the collection reproducible.
         task_ids: task of episode ``i`` is ``task_ids[i % len]``; default: ``reset(seed=seed + i)`` draws one.
@@ -432,22 +428,24 @@ def collect(
         env_role_sampling: how the env role samples (passed to each imaginer's ``imagine_batch``); None: each
             imaginer's own default (``policy.sampling`` for an LM policy).
 
-    **Policy hooks.** A policy (an LM policy, or each text policy) may define either of two hooks; a policy
-    that defines neither runs as above.
+    **Policy hooks.** A :class:`PolicyHooks` holds the policy that acts (``hooks.policy``) and overrides
+    either of two hooks, each called with a :class:`TurnContext` (the rollout's sampling):
 
-    * ``prepare_turns(envs, infos) -> list[PolicyNote | None]``: called at each env's first turn and at every
-      later user turn, for the envs that reached one (one call for the batch; a text policy: its own env). A
-      :class:`PolicyNote`'s text is shown to the policy from then on, as a system message where it was given
-      (a text policy: ``info["note"]``); the env never sees it. Test-time private rehearsal gives its
+    * ``prepare_turns(envs, infos, ctx) -> list[PolicyNote | None]``: called at each env's first turn and at
+      every later user turn, for the envs that reached one (one call for the batch; a text policy: its own
+      env). A :class:`PolicyNote`'s text is shown to the policy from then on, as a system message where it was
+      given (a text policy: ``info["note"]``); the env never sees it. Test-time private rehearsal gives its
       memory this way.
-    * ``choose_actions(envs, observations, infos) -> list[PolicyChoice | None]``: called before every actor
-      turn, for the active envs. A :class:`PolicyChoice` with an ``action`` commits that text as the env's
-      actor message instead of generating it (an LM policy: encoded as the actor tokens of an assistant
+    * ``choose_actions(envs, observations, infos, ctx) -> list[PolicyChoice | None]``: called before every
+      actor turn, for the active envs. A :class:`PolicyChoice` with an ``action`` commits that text as the
+      env's actor message instead of generating it (an LM policy: encoded as the actor tokens of an assistant
       message of that text, :func:`~envace_gym.agents.lm.chat.assistant_text`, with logprobs 0.0; a text
       policy's ``act`` is skipped); its ``stats`` go onto ``trajectory.notes`` as a note without text, shown
       to nobody. Private rehearsal in select mode commits its chosen rehearsal's first message this way.
     """
-    lm = policy if is_lm_policy(policy) else None
+    hooks = policy if isinstance(policy, PolicyHooks) else None
+    acting = hooks.policy if hooks is not None else policy
+    lm = acting if is_lm_policy(acting) else None
     env_list, group = _as_env_list(envs)
     actors = [None] * len(env_list) if lm is not None else _text_policies(policy, len(env_list))
     run = next(_RUNS)
@@ -459,7 +457,7 @@ def collect(
     book = _Episodes(episodes, task_ids, seed, on_episode, bar)
     try:
         if lm is not None:
-            _collect_lm(lm, slots, group, book, sampling or lm.sampling, env_role_sampling)
+            _collect_lm(lm, hooks, slots, group, book, TurnContext(sampling or lm.sampling, env_role_sampling))
         else:
             _collect_text(slots, group, book, env_role_sampling)
     finally:
@@ -468,19 +466,22 @@ def collect(
 
 
 def _collect_lm(
-    lm: LMPolicy, slots: list[_Slot], group: Any, book: _Episodes, sampling: SamplingConfig, env_role: Any
+    lm: LMPolicy, hooks: PolicyHooks | None, slots: list[_Slot], group: Any, book: _Episodes, ctx: TurnContext
 ) -> None:
     """The loop of an LM policy: one engine call for every env's actor turn, then the envs' half-steps, whose
     env-role requests go out in one engine call per round (an inline one continues the actor's stream)."""
     import torch
 
+    sampling, env_role = ctx.sampling, ctx.env_role_sampling
+    assert sampling is not None
     generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
-    hook, chooser = getattr(lm, "prepare_turns", None), getattr(lm, "choose_actions", None)
+    hook, chooser = _hook(hooks, "prepare_turns"), _hook(hooks, "choose_actions")
+    name = _policy_name(hooks if hooks is not None else lm)
     imaginers = [s.imaginer for s in slots]
 
     def prepare(batch: list[_Slot]) -> None:  # the policy's hook at a new user turn: one call for the batch
         if hook is not None and batch:
-            _add_notes(batch, hook([s.env for s in batch], [s.info for s in batch]))
+            _add_notes(batch, hook([s.env for s in batch], [s.info for s in batch], ctx))
 
     def begin(batch: list[_Slot]) -> None:  # new episodes: their notes, then their prompts start their streams
         prepare(batch)
@@ -492,7 +493,7 @@ def _collect_lm(
     def choose(batch: list[_Slot]) -> list[str | None]:  # the policy's hook before an actor turn
         if chooser is None:
             return [None] * len(batch)
-        return _chosen(batch, chooser([s.env for s in batch], [s.obs for s in batch], [s.info for s in batch]))
+        return _chosen(batch, chooser([s.env for s in batch], [s.obs for s in batch], [s.info for s in batch], ctx))
 
     def commit(slot: _Slot, text: str) -> None:  # a chosen message: the actor tokens of a message of this text
         messages = [*slot.seen(slot.info["messages"]), {"role": "assistant", "content": text}]
@@ -501,7 +502,7 @@ def _collect_lm(
 
     def end(slot: _Slot, reward: float, truncated: bool, info: dict[str, Any]) -> None:
         lm.engine.drop(slot.key)
-        book.finish(slot, slot.trajectory(reward, truncated, info, lm.name), info)
+        book.finish(slot, slot.trajectory(reward, truncated, info, name), info)
 
     def ask(request: ImagineRequest, index: int) -> ImagineRequest:  # the stream IS the inline context
         slot = slots[index]
@@ -570,17 +571,18 @@ def _collect_text(slots: list[_Slot], group: Any, book: _Episodes, env_role: Any
     """The loop of text policies: each acts on its env's observation, then the envs step (their env-role
     requests, where the loop answers them, in one call per imaginer and round)."""
     imaginers = [s.imaginer for s in slots]
+    ctx = TurnContext(None, env_role)
 
     def prepare(batch: list[_Slot]) -> None:  # each text policy's own hook, one env at a time
         for slot in batch:
-            hook = getattr(slot.actor, "prepare_turns", None)
+            hook = _hook(slot.actor, "prepare_turns")
             if hook is not None:
-                _add_notes([slot], hook([slot.env], [slot.info]))
+                _add_notes([slot], hook([slot.env], [slot.info], ctx))
 
     def act(slot: _Slot) -> str:  # the action its policy's own hook chose, else the policy's act
-        chooser = getattr(slot.actor, "choose_actions", None)
-        chosen = None if chooser is None else _chosen([slot], chooser([slot.env], [slot.obs], [slot.info]))[0]
-        return chosen if chosen is not None else slot.actor.act(slot.obs, _with_note(slot))
+        chooser = _hook(slot.actor, "choose_actions")
+        chosen = None if chooser is None else _chosen([slot], chooser([slot.env], [slot.obs], [slot.info], ctx))[0]
+        return chosen if chosen is not None else _acting(slot.actor).act(slot.obs, _with_note(slot))
 
     active = [s for s in slots if book.start(s)]
     prepare(active)

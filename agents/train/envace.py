@@ -66,7 +66,7 @@ from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.lm.protocols import WeightSyncingEngine
 from envace_gym.agents.rehearsal import PrivateRehearsal
-from envace_gym.agents.rollout import Trajectory, collect, save_trajectories
+from envace_gym.agents.rollout import PolicyHooks, Trajectory, TurnContext, collect, save_trajectories
 from envace_gym.backends import LEDGER, ToolLog, charged_as
 from envace_gym.backends.spec import SELF_INLINE
 from envace_gym.compose import rehearse
@@ -693,30 +693,22 @@ class EnvACETrainer:
             save_trajectories([t for part in gathered for t in part], self.out / "trajectories" / f"step-{step}.jsonl")
 
 
-class _RehearsingSome:
+class _RehearsingSome(PolicyHooks):
     """``policy`` with ``rehearsal``'s ``prepare_turns`` hook on ``envs`` only (by identity), so one
     :func:`collect` call plays plain and rehearsing groups in one engine batch. The rehearsals' trajectories
     stay inside the hook: only the memory note reaches the committed episode."""
 
     def __init__(self, policy: LMPolicy, rehearsal: PrivateRehearsal, envs: Sequence[gym.Env]) -> None:
-        self._policy, self._rehearsal, self._ids = policy, rehearsal, {id(env) for env in envs}
+        self.policy, self._rehearsal, self._ids = policy, rehearsal, {id(env) for env in envs}
         self.name = policy.name  # the trained policy's trajectories, with or without a memory
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._policy, name)
-
-    # What makes it an LM policy for collect(), stated (a protocol check may not follow __getattr__).
-    def encode_prompt(self, *args: Any, **kwargs: Any) -> Any:
-        return self._policy.encode_prompt(*args, **kwargs)
-
-    def generate_ids(self, *args: Any, **kwargs: Any) -> Any:
-        return self._policy.generate_ids(*args, **kwargs)
-
-    def prepare_turns(self, envs: Sequence[gym.Env], infos: Sequence[dict[str, Any]]) -> list[Any]:
+    def prepare_turns(
+        self, envs: Sequence[gym.Env], infos: Sequence[dict[str, Any]], ctx: TurnContext | None = None
+    ) -> list[Any]:
         picked = [i for i, env in enumerate(envs) if id(env) in self._ids]
         notes: list[Any] = [None] * len(envs)
         if picked:
-            got = self._rehearsal.prepare_turns([envs[i] for i in picked], [infos[i] for i in picked])
+            got = self._rehearsal.prepare_turns([envs[i] for i in picked], [infos[i] for i in picked], ctx)
             for i, note in zip(picked, got, strict=True):
                 notes[i] = note
         return notes
