@@ -147,12 +147,11 @@ class VerifiedCalls(PolicyHooks):
             errors, unusable, tokens = [], 0, 0
             for call, _ in asked:
                 answer = next(answers)
-                tokens += len(getattr(answer, "token_ids", None) or [])
-                value, reason = (
-                    (None, "raised")
-                    if isinstance(answer, Exception)
-                    else parse_execution_result(getattr(answer, "text", answer))
-                )
+                if isinstance(answer, Exception):
+                    value, reason = None, "raised"
+                else:
+                    tokens += len(answer.token_ids)
+                    value, reason = parse_execution_result(answer.text)
                 error = predicted_error(value) if reason is None else None
                 unusable += reason is not None
                 if error is not None:

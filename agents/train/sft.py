@@ -29,7 +29,7 @@ from envace_gym.agents.lm.chat import GENERATED_ROLES, encode_conversation
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.compose import rehearse
-from envace_gym.rehearsal import ImagineRequest, RealResultImaginer
+from envace_gym.rehearsal import EnvRoleAnswer, ImagineRequest, RealResultImaginer
 
 from .distributed import idle_loss, make_accelerator, place_model, uses_fsdp
 from .logprobs import TokenLogprobs, token_logprobs
@@ -105,7 +105,7 @@ class _Recorder(RealResultImaginer):
         super().__init__(env)
         self.pairs: list[tuple[list[dict[str, Any]], str]] = []
 
-    def imagine(self, request: ImagineRequest) -> Any:
+    def imagine(self, request: ImagineRequest) -> EnvRoleAnswer:
         answer = super().imagine(request)
         self.pairs.append((request.messages, answer.text))
         return answer

@@ -33,17 +33,19 @@ from .prompt import (
     parse_execution_result,
     parse_inline_result,
 )
-from .protocol import MODES, BatchImaginer, EnvRoleSample, Imaginer, ImagineRequest
+from .protocol import MODES, BatchImaginer, EnvRoleAnswer, EnvRoleSample, Imaginer, ImagineRequest, Mode
 from .user import ImaginedUser
 from .wrapper import ON_INVALID, RealResultImaginer, SelfRehearsalEnv
 
 __all__ = [
     "MODES",
+    "Mode",
     "GROUNDINGS",
     "ON_INVALID",
     "ImagineRequest",
     "Imaginer",
     "BatchImaginer",
+    "EnvRoleAnswer",
     "EnvRoleSample",
     "ActorContext",
     "ImaginedBackend",

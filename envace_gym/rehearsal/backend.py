@@ -25,7 +25,7 @@ from .prompt import (
     parse_inline_result,
     reference_examples,
 )
-from .protocol import MODES, EnvRoleSample, Imaginer, ImagineRequest
+from .protocol import MODES, EnvRoleAnswer, EnvRoleSample, Imaginer, ImagineRequest
 
 __all__ = ["ActorContext", "ImaginedBackend"]
 
@@ -174,35 +174,35 @@ class ImaginedBackend:
             return ToolResult(call, None, error)
         return self._request(call)
 
-    def finish_call(self, call: ToolCall, answer: Any) -> ToolResult:
-        """The result of ``call`` given the env role's ``answer`` to :meth:`begin_call`'s request: a
-        generation (``.text`` and, for training, ids and logprobs), a string, or the exception it raised."""
+    def finish_call(self, call: ToolCall, answer: EnvRoleAnswer | str | Exception) -> ToolResult:
+        """The result of ``call`` given the env role's ``answer`` to :meth:`begin_call`'s request: an
+        :class:`EnvRoleAnswer` (or a generation with its fields, or a string), or the exception it raised."""
         if isinstance(answer, Exception):
-            gen, text = None, None
+            gen = EnvRoleAnswer("")
             value, reason = None, f"env role raised {type(answer).__name__}: {answer}"
         else:
-            gen, text = answer, getattr(answer, "text", answer)
+            gen = EnvRoleAnswer.of(answer)
             parse = parse_inline_result if self.mode == "inline" else parse_execution_result
-            value, reason = parse(text, self.max_result_chars)
+            value, reason = parse(gen.text, self.max_result_chars)
+        text = gen.text
         spec = next(s for s in self.tools if s.name == call.name)
         if reason is None and spec.validate_result(value):
             reason = "result breaks the tool's returns schema: " + "; ".join(spec.validate_result(value)[:3])
         sample = EnvRoleSample(
-            prompt_ids=list(getattr(gen, "prompt_ids", []) or []),
-            completion_ids=list(getattr(gen, "token_ids", []) or []),
-            logprobs=list(getattr(gen, "logprobs", []) or []),
+            prompt_ids=gen.prompt_ids,
+            completion_ids=gen.token_ids,
+            logprobs=gen.logprobs,
             mode=self.mode,
             tool=call.name,
             valid=reason is None,
             error=reason,
-            text=text or "",
+            text=text,
         )
-        stop_text = getattr(gen, "stop_text", "") or ""
-        self._ground(call, sample, value if reason is None else None, stop_text)
+        self._ground(call, sample, value if reason is None else None, gen.stop_text)
         if self.mode == "inline":
             # What the rollout engine needs to splice the result's tokens into the actor's stream.
-            sample.prompt_text = getattr(gen, "prompt_text", "") or ""
-            sample.completion_text = (text or "") + (getattr(gen, "stop_text", "") or "")
+            sample.prompt_text = gen.prompt_text
+            sample.completion_text = text + gen.stop_text
         if reason is not None:
             message = f"imagined result unusable: {reason}"
             failure = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from .protocol import BatchImaginer, ImagineRequest
+from .protocol import BatchImaginer, EnvRoleAnswer, ImagineRequest
 
 if TYPE_CHECKING:
     from ..env import PendingStep
@@ -76,10 +76,13 @@ def imaginer_of(env: gym.Env) -> Any:
     return env.get_wrapper_attr("imaginer") if env.has_wrapper_attr("imaginer") else None
 
 
-def answer_requests(requests: Sequence[ImagineRequest], imaginers: Sequence[Any], sampling: Any = None) -> list[Any]:
+def answer_requests(
+    requests: Sequence[ImagineRequest], imaginers: Sequence[Any], sampling: Any = None
+) -> list[EnvRoleAnswer | Exception]:
     """Each request's answer from its imaginer: one ``imagine_batch(requests, sampling)`` call per imaginer
     (requests in the order given), or ``imagine(request)`` one by one for an imaginer that cannot batch. An
-    imaginer that raises answers with its exception, which the env turns into that call's error."""
+    imaginer that raises (or answers with something that is no answer) answers with its exception, which the
+    env turns into that call's error."""
     answers: list[Any] = [None] * len(requests)
     groups: dict[int, list[int]] = {}
     for i, imaginer in enumerate(imaginers):
@@ -100,7 +103,16 @@ def answer_requests(requests: Sequence[ImagineRequest], imaginers: Sequence[Any]
             gens = [exc] * len(asked)
         for i, gen in zip(members, gens, strict=True):
             answers[i] = gen
-    return answers
+    return [_typed(a) for a in answers]
+
+
+def _typed(answer: Any) -> EnvRoleAnswer | Exception:
+    if isinstance(answer, Exception):
+        return answer
+    try:
+        return EnvRoleAnswer.of(answer)
+    except TypeError as exc:
+        return exc
 
 
 class LocalEnvs:

@@ -1,15 +1,19 @@
-"""The env role's protocol: what it is asked (:class:`ImagineRequest`) and what one answer leaves behind
-(:class:`EnvRoleSample`, the record a trainer turns into an RL sample)."""
+"""The env role's protocol: what it is asked (:class:`ImagineRequest`), what it answers
+(:class:`EnvRoleAnswer`) and what one answer leaves behind (:class:`EnvRoleSample`, the record a trainer turns
+into an RL sample)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
-__all__ = ["MODES", "BatchImaginer", "ImagineRequest", "Imaginer", "EnvRoleSample"]
+__all__ = ["MODES", "Mode", "BatchImaginer", "EnvRoleAnswer", "ImagineRequest", "Imaginer", "EnvRoleSample"]
 
-MODES = ("prompted", "inline")
+#: How the env role is asked: ``prompted`` (the simulator prompt) or ``inline`` (it continues the actor's
+#: own conversation with a tool message).
+Mode = Literal["prompted", "inline"]
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 
 @dataclass
@@ -28,18 +32,50 @@ class ImagineRequest:
     tool: str = ""
     arguments: dict[str, Any] = field(default_factory=dict)
     key: str | None = None
-    mode: str = "prompted"
+    mode: Mode = "prompted"
     tools: list[dict[str, Any]] = field(default_factory=list)
     context_ids: list[int] | None = None
     context_text: str | None = None
 
 
-class Imaginer(Protocol):
-    """Anything that answers env-role requests: ``imagine(request)`` returns a generation with ``.text``
-    (and, for training, ``.prompt_ids``, ``.token_ids``, ``.logprobs``; inline: ``.prompt_text``,
-    ``.stop_text``), or a plain string."""
+@dataclass
+class EnvRoleAnswer:
+    """One answer of the env role: its ``text`` and, where a model generated it (for training), the
+    ``prompt_ids`` it saw, the ``token_ids`` and ``logprobs`` it sampled; inline: the ``prompt_text`` it
+    continued and the ``stop_text`` that ended it. :meth:`of` reads any answer an imaginer gives."""
 
-    def imagine(self, request: ImagineRequest) -> Any: ...
+    text: str
+    prompt_ids: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    prompt_text: str = ""
+    stop_text: str = ""
+
+    @classmethod
+    def of(cls, answer: Any) -> EnvRoleAnswer:
+        """``answer`` as an :class:`EnvRoleAnswer`: itself, a plain string (text only), or a generation
+        (an engine's ``Generation``, or anything with ``.text`` and any of the fields above)."""
+        if isinstance(answer, cls):
+            return answer
+        if isinstance(answer, str):
+            return cls(answer)
+        if not isinstance(getattr(answer, "text", None), str):
+            raise TypeError(f"an env-role answer is a string or has .text, got {type(answer).__name__}")
+        return cls(
+            answer.text,
+            list(getattr(answer, "prompt_ids", None) or []),
+            list(getattr(answer, "token_ids", None) or []),
+            list(getattr(answer, "logprobs", None) or []),
+            getattr(answer, "prompt_text", None) or "",
+            getattr(answer, "stop_text", None) or "",
+        )
+
+
+class Imaginer(Protocol):
+    """Anything that answers env-role requests: ``imagine(request)`` returns an :class:`EnvRoleAnswer`, a
+    generation with the same fields (an ``LMPolicy``'s), or a plain string."""
+
+    def imagine(self, request: ImagineRequest) -> EnvRoleAnswer | Any: ...
 
 
 @runtime_checkable
@@ -66,7 +102,7 @@ class EnvRoleSample:
     prompt_ids: list[int]
     completion_ids: list[int]
     logprobs: list[float]
-    mode: str = "prompted"
+    mode: Mode = "prompted"
     tool: str = ""
     valid: bool = True
     error: str | None = None

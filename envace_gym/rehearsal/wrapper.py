@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -13,7 +12,7 @@ from ..backends.replay import ToolLog
 from ..calls import ToolCall
 from .backend import ImaginedBackend
 from .prompt import format_execution_result
-from .protocol import Imaginer, ImagineRequest
+from .protocol import EnvRoleAnswer, Imaginer, ImagineRequest
 
 __all__ = ["SelfRehearsalEnv", "RealResultImaginer", "ON_INVALID"]
 
@@ -118,7 +117,7 @@ class RealResultImaginer:
         self._episode = None
         self._shadow: Any = None
 
-    def imagine(self, request: ImagineRequest) -> Any:
+    def imagine(self, request: ImagineRequest) -> EnvRoleAnswer:
         base = self.env
         if self._episode != base.episode_index:
             self._episode = base.episode_index
@@ -127,10 +126,5 @@ class RealResultImaginer:
         result = self._shadow.execute(ToolCall(request.tool, request.arguments))
         LEDGER.record("live")
         if request.mode == "inline":
-            return _Text(result.to_message_content())
-        return _Text(format_execution_result(result.payload()))
-
-
-@dataclass
-class _Text:
-    text: str
+            return EnvRoleAnswer(result.to_message_content())
+        return EnvRoleAnswer(format_execution_result(result.payload()))
