@@ -68,7 +68,7 @@ from envace_gym.agents.lm.protocols import WeightSyncingEngine
 from envace_gym.agents.rehearsal import PrivateRehearsal
 from envace_gym.agents.rollout import PolicyHooks, Trajectory, TurnContext, collect, save_trajectories
 from envace_gym.backends import LEDGER, ToolLog, charged_as
-from envace_gym.backends.spec import SELF_INLINE
+from envace_gym.backends.spec import parse_backend_spec
 from envace_gym.compose import rehearse
 from envace_gym.jsonl import read_jsonl
 from envace_gym.rehearsal.prompt import is_result_shaped
@@ -311,7 +311,8 @@ class EnvACETrainer:
             self.policy,
             budget=cfg.rehearsal_budget,
             mode="parallel",
-            env_role_mode="inline" if cfg.backend == SELF_INLINE else "prompted",
+            # The committed episodes' imagination mode (real tools: the simulator prompt).
+            env_role_mode=parse_backend_spec(cfg.backend).imagination_mode or "prompted",
             seed=seed + 31,
             sampling=sampling,
         )
