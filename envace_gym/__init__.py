@@ -15,7 +15,7 @@ from .backends import (
     tool,
 )
 from .calls import CallError, ErrorCode, ParsedAction, ToolCall, format_calls, parse_calls
-from .compose import make_env, rehearse
+from .compose import env_role_for, make_env, rehearse
 from .env import ToolCallEnv
 from .recording import ReferenceCallError, ReferenceRecorder
 from .registration import BUILTIN_DOMAINS, register_all
@@ -46,6 +46,7 @@ __all__ = [
     "ToolCallEnv",
     "ToolCallVectorEnv",
     "make_env",
+    "env_role_for",
     "rehearse",
     "SelfRehearsalEnv",
     "ImagineRequest",

@@ -1,10 +1,12 @@
 """The one composition point of an env and its backend: a real backend is the env's own, an imagined one
 (``self``, ``self-inline``, ``simulator``) is the env on real backends wrapped in ``SelfRehearsalEnv`` with
-the imagination mode the spec names.
+the imagination mode the spec names, its env role played by whom :func:`env_role_for` says.
 
-Every caller composes here: the CLI, the trainer, the vector env, the fidelity report, the TRL integration,
-benchmarks and examples. :func:`make_env` builds the env and composes; :func:`rehearse` composes an env
-already built (a trainer's ``env_factory`` returns one on real backends).
+Every caller composes here: the CLI, the trainer, the vector env, the fidelity report, the TRL and verl
+integrations, benchmarks and examples. :func:`make_env` builds the env and composes; :func:`rehearse`
+composes an env already built (a trainer's ``env_factory`` returns one on real backends). Either takes the
+env role explicitly (``imaginer=``) or the candidates (``policy=``, ``simulator=``) and lets
+:func:`env_role_for` choose.
 """
 
 from __future__ import annotations
@@ -18,17 +20,43 @@ from .env import EnvBackend
 from .rehearsal.protocol import Imaginer
 from .rehearsal.wrapper import SelfRehearsalEnv
 
-__all__ = ["check_imaginer", "make_env", "rehearse"]
+__all__ = ["check_imaginer", "env_role_for", "make_env", "rehearse"]
 
 
-def rehearse(env: gym.Env, backend: str | BackendSpec, imaginer: Imaginer | None = None, **rehearsal: Any) -> gym.Env:
+def env_role_for(
+    backend: EnvBackend | BackendSpec | None, policy: Imaginer | None = None, simulator: Imaginer | None = None
+) -> Imaginer | None:
+    """Who plays the env role under ``backend``: ``policy`` itself for ``self`` and ``self-inline`` (world
+    rehearsal: the actor imagines its own tool results), ``simulator`` (a separate, frozen model) for
+    ``simulator``, and nobody (None) for a backend that answers by itself (``real``, ``replay:``, ``cache:``,
+    ``mcp:``, a callable). ``ValueError`` where the one it needs is not given."""
+    spec = BackendSpec("real") if backend is None or callable(backend) else parse_backend_spec(backend)
+    role = policy if spec.self_imagined else simulator if spec.imagined else None
+    if spec.imagined and role is None:
+        needs = "policy=<the actor> (it imagines its own results)" if spec.self_imagined else "simulator=<a model>"
+        raise ValueError(f"backend={str(spec)!r} needs {needs}")
+    return role
+
+
+def rehearse(
+    env: gym.Env,
+    backend: str | BackendSpec,
+    imaginer: Imaginer | None = None,
+    *,
+    policy: Imaginer | None = None,
+    simulator: Imaginer | None = None,
+    **rehearsal: Any,
+) -> gym.Env:
     """``env`` as ``backend`` answers its tool calls: unchanged for a kind the env builds itself (``real``,
     ``replay:``, ``cache:``, ``mcp:``), else ``SelfRehearsalEnv(env, imaginer, mode=<the spec's mode>,
-    **rehearsal)`` (``rehearsal``: ``grounding``, ``on_invalid``, ``real_fraction``, ``log``, ...).
+    **rehearsal)`` (``rehearsal``: ``grounding``, ``on_invalid``, ``real_fraction``, ``log``, ...). Without
+    ``imaginer``, :func:`env_role_for` picks it from ``policy`` and ``simulator``.
 
     ``env`` must run on real backends under imagination: the wrapper keeps them for grounding. A bad spec,
-    an imagined one without ``imaginer``, or ``imaginer``/``rehearsal`` with a real one raise ``ValueError``.
+    an imagined one with no env role, or ``imaginer``/``rehearsal`` with a real one raise ``ValueError``.
     """
+    if imaginer is None and (policy is not None or simulator is not None):
+        imaginer = env_role_for(backend, policy, simulator)
     spec = check_imaginer(backend, imaginer, rehearsal)
     if not spec.imagined:
         return env
@@ -56,6 +84,8 @@ def make_env(
     *,
     backend: EnvBackend | BackendSpec | None = None,
     imaginer: Imaginer | None = None,
+    policy: Imaginer | None = None,
+    simulator: Imaginer | None = None,
     rehearsal: dict[str, Any] | None = None,
     **env_kwargs: Any,
 ) -> gym.Env:
@@ -67,12 +97,16 @@ def make_env(
             ``cache:PATH``, ``mcp:...``; imagined: ``self``, ``self-inline``, ``simulator``), or a callable
             ``task -> Backend``; None: the env's own default (``real``).
         imaginer: who imagines tool results under an imagined backend (anything with ``imagine(request)``,
-            e.g. an ``LMPolicy``).
+            e.g. an ``LMPolicy``); or leave it to :func:`env_role_for`, given ``policy`` and ``simulator``.
+        policy: the actor, the env role under ``self``/``self-inline`` (ignored by other backends).
+        simulator: a frozen model, the env role under ``simulator`` (ignored by other backends).
         rehearsal: more ``SelfRehearsalEnv`` kwargs (``grounding``, ``on_invalid``, ``real_fraction``, ...).
         env_kwargs: ``gym.make``'s kwargs (``suite``, ``split``, ``max_turns``, ``max_episode_steps``, ...).
 
-    Example: ``make_env("EnvACE-ToolCall-v0", backend="self", imaginer=policy, suite="builtin/bank")``.
+    Example: ``make_env("EnvACE-ToolCall-v0", backend="self", policy=policy, suite="builtin/bank")``.
     """
+    if imaginer is None and (policy is not None or simulator is not None):
+        imaginer = env_role_for(backend, policy, simulator)
     spec = check_imaginer(backend, imaginer, rehearsal)  # before building the env: it may start tool servers
     if backend is not None:
         env_kwargs["backend"] = spec.env_backend if isinstance(backend, str | BackendSpec) else backend

@@ -241,6 +241,22 @@ def test_make_env_leaves_a_real_backend_unwrapped_and_refuses_a_missing_or_stray
         envace_gym.rehearse(plain, "real", rehearsal_kwarg=1)
 
 
+@pytest.mark.parametrize(
+    ("backend", "plays"),
+    [("self", "policy"), ("self-inline", "policy"), ("simulator", "simulator"), ("real", None), ("replay:x", None)],
+)
+def test_one_function_decides_who_plays_the_env_role(backend, plays):
+    policy, simulator = _Echo(), _Echo()
+    chosen = envace_gym.env_role_for(backend, policy=policy, simulator=simulator)
+    assert chosen is {"policy": policy, "simulator": simulator, None: None}[plays]
+    if plays is not None:
+        with pytest.raises(ValueError, match=f"needs {plays}="):
+            envace_gym.env_role_for(backend, **{"policy" if plays == "simulator" else "simulator": _Echo()})
+        env = envace_gym.make_env(backend=backend, policy=policy, simulator=simulator)  # make_env asks it too
+        assert env.get_wrapper_attr("imaginer") is chosen
+    assert not isinstance(envace_gym.rehearse(gym.make("EnvACE-ToolCall-v0"), "real", policy=policy), SelfRehearsalEnv)
+
+
 def test_the_evaluation_order_is_seeded_balanced_and_covers_every_task_first():
     pool = envace_gym.load_suite("builtin").filter(split="test")
     order = pool.episode_order(seed=3)

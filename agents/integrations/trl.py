@@ -118,8 +118,7 @@ class EnvACERolloutFunc:
     def _env_batch(self, n: int, policy: LMPolicy) -> list[gym.Env]:
         while len(self._envs) < n:
             env = self.env_factory()
-            if self.backend in SELF_KINDS:
-                env = rehearse(env, self.backend, policy)
+            env = rehearse(env, self.backend, policy=policy)  # the env role: see env_role_for
             self._envs.append(env)
         return self._envs[:n]
 

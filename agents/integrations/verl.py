@@ -259,7 +259,7 @@ class EnvACEAgentLoop(AgentLoopBase):
         env = make_env(
             self.env_id,
             backend=self.spec,
-            imaginer=policy if self.spec.self_imagined else None,
+            policy=policy,  # the env role under self/self-inline (env_role_for)
             rehearsal=self.rehearsal or None,
             **env_kwargs,
         )

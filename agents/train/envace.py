@@ -199,22 +199,18 @@ class EnvACETrainer:
 
     # ------------------------------------------------------------------ set-up
     def _wrap(self, env: gym.Env) -> gym.Env:
+        """``env`` as the run's backend answers it; the env role: the policy (``env_role(env)`` where given)
+        under ``self``/``self-inline``, the frozen simulator under ``simulator`` (see ``env_role_for``)."""
         cfg = self.cfg
-        if cfg.imagined:
-            imaginer = self.env_role(env) if self.env_role is not None else self.policy
-            return rehearse(
-                env,
-                cfg.backend,
-                imaginer,
-                grounding=cfg.grounding,
-                on_invalid=cfg.on_invalid,
-                real_fraction=cfg.real_fraction,
-                log=self.tool_log,
-                log_targets=cfg.log_targets,
-            )
-        if cfg.backend == "simulator":
-            return rehearse(env, cfg.backend, self.simulator, grounding=cfg.grounding)
-        return env
+        spec = parse_backend_spec(cfg.backend)
+        if not spec.imagined:
+            return env
+        settings: dict[str, Any] = {"grounding": cfg.grounding}
+        if spec.self_imagined:  # only the policy's own env role, the trained one, takes these
+            settings.update(on_invalid=cfg.on_invalid, real_fraction=cfg.real_fraction, log=self.tool_log)
+            settings.update(log_targets=cfg.log_targets)
+        policy = self.env_role(env) if self.env_role is not None and spec.self_imagined else self.policy
+        return rehearse(env, spec, policy=policy, simulator=self.simulator, **settings)
 
     def _load_tool_log(self, suite: Any) -> ToolLog:
         """The env role's grounding log (``--tool-log``): written from the train pool's reference trajectories

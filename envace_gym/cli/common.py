@@ -28,7 +28,7 @@ import gymnasium as gym
 
 from .._registry import did_you_mean, unknown_message
 from ..backends.spec import BackendSpec, parse_backend_spec
-from ..compose import make_env
+from ..compose import env_role_for, make_env
 from ..rehearsal.protocol import Imaginer
 
 if TYPE_CHECKING:  # the agents load torch: imported where a command runs
@@ -423,15 +423,15 @@ def make_imaginer(
     quiet: bool = False,
     device: str = "auto",
 ) -> Imaginer | None:
-    """Who imagines tool results: the actor itself (``self``, ``self-inline``) or a separate frozen model
-    (``simulator``); ``None`` for the backends an env builds itself."""
-    if backend.self_imagined:
-        if actor is None:
-            raise UserError(
-                f"--backend {backend} needs an LM policy (it imagines its own tool results); "
-                "for a scripted actor use --backend simulator --simulator SPEC"
-            )
-        return actor
-    if backend.imagined:  # simulator
-        return load_lm(simulator, sampling, seed, quiet=quiet, device=device)
-    return None
+    """Who imagines tool results (:func:`~envace_gym.compose.env_role_for` decides): the actor itself
+    (``self``, ``self-inline``) or a separate frozen model (``simulator``, loaded from ``simulator`` only
+    then); ``None`` for the backends an env builds itself."""
+    needs_frozen = backend.imagined and not backend.self_imagined
+    frozen = load_lm(simulator, sampling, seed, quiet=quiet, device=device) if needs_frozen else None
+    try:
+        return env_role_for(backend, actor, frozen)
+    except ValueError:
+        raise UserError(
+            f"--backend {backend} needs an LM policy (it imagines its own tool results); "
+            "for a scripted actor use --backend simulator --simulator SPEC"
+        ) from None
