@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any, Protocol
+from typing import Any
 
+from envace_gym.agents.lm.protocols import TextPolicy
 from envace_gym.agents.rollout.loop import collect
 from envace_gym.calls import ToolCall, format_calls
 from envace_gym.tasks import Task, TaskSuite
@@ -23,16 +24,6 @@ __all__ = [
     "play_episode",
     "SCRIPTED_POLICIES",
 ]
-
-
-class TextPolicy(Protocol):
-    """A policy over text. It keeps per-episode state, so the episode loop
-    (:func:`~envace_gym.agents.rollout.loop.collect`) takes one per env: ``collect([env], policy, ...)`` or
-    ``collect(envs, [OraclePolicy(suite) for _ in envs], ...)``."""
-
-    def reset(self) -> None: ...
-
-    def act(self, observation: str, info: dict[str, Any]) -> str: ...
 
 
 class OraclePolicy:

@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 from .backends import LEDGER, Backend, ReplayBackend, ToolResult, is_self_accounting, make_backend
+from .backends.base import reference_state_hash
 from .backends.isolated import TOOL_ISOLATIONS, real_backend
 from .backends.spec import parse_backend_spec
 from .calls import (
@@ -30,7 +31,7 @@ from .calls import (
     tool_calls_to_openai,
     tool_names_of,
 )
-from .rewards import EpisodeRecord, reference_state_hash, score_episode
+from .rewards import EpisodeRecord, score_episode
 from .spaces import UnicodeText
 from .suites import load_suite
 from .tasks import Task, TaskSuite

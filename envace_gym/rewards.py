@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import replayed_state_hash
 from .calls import ToolCall
 
 if TYPE_CHECKING:
@@ -25,7 +24,6 @@ __all__ = [
     "state_match",
     "answer_match",
     "normalize_answer",
-    "reference_state_hash",
     "score_episode",
     "RewardContext",
     "register_reward_basis",
@@ -162,11 +160,6 @@ def answer_match(turn_answers: Sequence[str | None], task: Task) -> float:
 
 
 # ---------------------------------------------------------------------------- state_match
-def reference_state_hash(task: Task, make_backend: Callable[[], Any]) -> str:
-    """The state hash after replaying the reference calls on a fresh backend (tau2's DB check)."""
-    return replayed_state_hash(make_backend, task, [ref.call for ref in task.reference_calls])
-
-
 def state_match(final_state_hash: str | None, expected_hash: str) -> float:
     return 1.0 if final_state_hash is not None and final_state_hash == expected_hash else 0.0
 

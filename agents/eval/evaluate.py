@@ -16,7 +16,7 @@ from envace_gym.agents.rollout.loop import EpisodeResult, Trajectory, collect
 if TYPE_CHECKING:
     from envace_gym.agents.lm.engine import SamplingConfig
     from envace_gym.agents.lm.policy import LMPolicy
-    from envace_gym.agents.scripted import TextPolicy
+    from envace_gym.agents.lm.protocols import TextPolicy
 
 __all__ = ["EpisodeResult", "EvalReport", "evaluate"]
 

@@ -1,6 +1,6 @@
-"""The seams of the language-model side, as protocols: what a generation engine offers (:class:`Engine`),
-what makes a policy an LM policy (:class:`LMPolicyLike`). No torch here: the episode loop checks a policy
-without loading it."""
+"""The seams of the policy side, as protocols: what a generation engine offers (:class:`Engine`), what
+makes a policy an LM policy (:class:`LMPolicyLike`) and what a text policy offers (:class:`TextPolicy`).
+No torch here: the episode loop checks a policy without loading it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     from .engine import Generation, SamplingConfig
 
-__all__ = ["Engine", "WeightSyncingEngine", "LMPolicyLike", "is_lm_policy"]
+__all__ = ["Engine", "WeightSyncingEngine", "LMPolicyLike", "TextPolicy", "is_lm_policy"]
 
 
 @runtime_checkable
@@ -77,6 +77,16 @@ class LMPolicyLike(Protocol):
         generator: torch.Generator | None = None,
         prefix_lens: Sequence[int] | None = None,
     ) -> list[Generation]: ...
+
+
+class TextPolicy(Protocol):
+    """A policy over text. It keeps per-episode state, so the episode loop
+    (:func:`~envace_gym.agents.rollout.loop.collect`) takes one per env: ``collect([env], policy, ...)`` or
+    ``collect(envs, [OraclePolicy(suite) for _ in envs], ...)``."""
+
+    def reset(self) -> None: ...
+
+    def act(self, observation: str, info: dict[str, Any]) -> str: ...
 
 
 def is_lm_policy(policy: Any) -> bool:

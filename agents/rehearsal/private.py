@@ -88,8 +88,7 @@ from .memory import (
 
 if TYPE_CHECKING:
     from envace_gym.agents.lm.engine import SamplingConfig
-    from envace_gym.agents.lm.protocols import LMPolicyLike
-    from envace_gym.agents.scripted import TextPolicy
+    from envace_gym.agents.lm.protocols import LMPolicyLike, TextPolicy
 
 __all__ = ["PrivateRehearsal", "rehearsal_tokens", "REHEARSAL_MODES", "REHEARSAL_USES", "REHEARSAL_CHOICES"]
 

@@ -6,7 +6,7 @@
   all envs. Every env's conversation is kept as a role-tagged :class:`~.chat.TokenStream` and its engine
   KV cache is kept between turns, so a turn encodes only the tokens that the env added (tool results, the
   next user message); or
-* **text policies** (:class:`~envace_gym.agents.scripted.TextPolicy`: ``reset()``, ``act(obs, info)``), one
+* **text policies** (:class:`~envace_gym.agents.lm.protocols.TextPolicy`: ``reset()``, ``act(obs, info)``), one
   instance per env since they keep per-episode state: a single one for a single env, else a list with one
   per env. Their trajectories carry no tokens.
 
@@ -53,7 +53,7 @@ from envace_gym.rehearsal.halfstep import LocalEnvs, imaginer_of, step_envs, wit
 if TYPE_CHECKING:
     from envace_gym.agents.lm.engine import SamplingConfig
     from envace_gym.agents.lm.policy import LMPolicy
-    from envace_gym.agents.scripted import TextPolicy
+    from envace_gym.agents.lm.protocols import TextPolicy
 
 __all__ = [
     "EpisodeResult",

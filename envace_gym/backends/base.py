@@ -15,7 +15,15 @@ from .ledger import LEDGER, is_self_accounting
 if TYPE_CHECKING:
     from ..tasks import Task
 
-__all__ = ["ToolResult", "Backend", "BackendCopyError", "validate_call", "state_digest", "replayed_state_hash"]
+__all__ = [
+    "ToolResult",
+    "Backend",
+    "BackendCopyError",
+    "validate_call",
+    "state_digest",
+    "reference_state_hash",
+    "replayed_state_hash",
+]
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,12 @@ def replayed_state_hash(make_backend: Callable[[], Backend], task: Task | None, 
         if books:
             LEDGER.record("verifier")
     return backend.state_hash()
+
+
+def reference_state_hash(task: Task, make_backend: Callable[[], Backend]) -> str:
+    """The state hash after replaying ``task``'s reference calls on a fresh backend: what ``state_match``
+    compares an episode's final state with (tau2's DB check)."""
+    return replayed_state_hash(make_backend, task, [ref.call for ref in task.reference_calls])
 
 
 def validate_call(call: ToolCall, specs: Mapping[str, ToolSpec]) -> CallError | None:
