@@ -41,7 +41,7 @@ from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.rollout import Trajectory, load_trajectories, save_trajectories
 from envace_gym.agents.train.envace import EnvACETrainer
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
-from envace_gym.rehearsal.prompt import is_result_shaped
+from envace_gym.imagination.prompt import is_result_shaped
 from envace_gym.transcript import render_transcript
 
 __all__ = ["DemoConfig", "run_demo"]

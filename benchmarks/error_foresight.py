@@ -34,9 +34,9 @@ from envace_gym.agents.eval.stats import wilson_interval
 from envace_gym.agents.rehearsal.memory import predicted_error
 from envace_gym.backends import make_backend
 from envace_gym.calls import ToolCall, tool_calls_to_openai
-from envace_gym.rehearsal import ImaginedBackend, ImagineRequest
-from envace_gym.rehearsal.halfstep import answer_requests
-from envace_gym.rehearsal.prompt import parse_execution_result
+from envace_gym.imagination import ImaginedBackend, ImagineRequest
+from envace_gym.imagination.halfstep import answer_requests
+from envace_gym.imagination.prompt import parse_execution_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning  # noqa: E402  (the learning benchmark's task pool and policy loading: one of each)

@@ -61,8 +61,8 @@ from envace_gym.agents.train.checkpoint import latest_checkpoint
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.envace import EnvACETrainer
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
+from envace_gym.imagination.prompt import is_result_shaped
 from envace_gym.jsonl import read_jsonl
-from envace_gym.rehearsal.prompt import is_result_shaped
 
 _REF_TARGETS = {"backend": "self", "tool_log": "reference"}  # the earlier setting's imagination recipe
 ARMS: dict[str, dict[str, Any] | None] = {

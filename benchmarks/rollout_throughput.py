@@ -46,7 +46,7 @@ from envace_gym import ToolCall, format_calls
 from envace_gym.agents.lm.engine import HFEngine, SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.rollout import collect
-from envace_gym.rehearsal import SIMULATOR_SYSTEM_PROMPT
+from envace_gym.imagination import SIMULATOR_SYSTEM_PROMPT
 
 #: The call every actor turn makes: valid in every ``builtin/bank`` task (a real answer, never an error), read-only.
 ACTOR_CALL = ToolCall("convert_currency", {"amount": 1, "from_currency": "USD", "to_currency": "EUR"})

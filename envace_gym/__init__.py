@@ -17,9 +17,9 @@ from .backends import (
 from .calls import CallError, ErrorCode, ParsedAction, ToolCall, format_calls, parse_calls
 from .compose import env_role_for, make_env, rehearse
 from .env import ToolCallEnv
+from .imagination import EnvRoleSample, ImagineRequest, SelfRehearsalEnv
 from .recording import ReferenceCallError, ReferenceRecorder
 from .registration import BUILTIN_DOMAINS, register_all
-from .rehearsal import EnvRoleSample, ImagineRequest, SelfRehearsalEnv
 from .rewards import register_reward_basis
 from .suites import SuiteInfo, load_suite, register_suite, suite_info, suite_names
 from .tasks import RefCall, RefTurn, Task, TaskFormatError, TaskSuite

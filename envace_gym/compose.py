@@ -17,8 +17,8 @@ import gymnasium as gym
 
 from .backends.spec import IMAGINED_KINDS, BackendSpec, parse_backend_spec
 from .env import EnvBackend
-from .rehearsal.protocol import Imaginer
-from .rehearsal.wrapper import SelfRehearsalEnv
+from .imagination.protocol import Imaginer
+from .imagination.wrapper import SelfRehearsalEnv
 
 __all__ = ["check_imaginer", "env_role_for", "make_env", "rehearse"]
 

@@ -56,11 +56,15 @@ def clip(text: str, max_chars: int) -> str:
     return text[:max_chars] + f"...[truncated {len(text) - max_chars} chars]"
 
 
+#: The old name of ``info["env_role_samples"]``, kept (the same list) for one release.
+DEPRECATED_SAMPLES_KEY = "rehearsal"
+
+
 @dataclass
 class PendingStep:
     """A step that :meth:`ToolCallEnv.begin_step` began and that waits for its imagined calls' answers.
 
-    ``requests`` are the env-role requests (:class:`~envace_gym.rehearsal.ImagineRequest`) to answer now:
+    ``requests`` are the env-role requests (:class:`~envace_gym.imagination.ImagineRequest`) to answer now:
     at most one, because each call of a message is asked with the answers to the calls before it in view
     (prompted: the conversation so far; inline: the actor's context); empty when the step can finish. Plain
     data, so that a worker process can hand it to its parent.
@@ -158,11 +162,11 @@ class ToolCallEnv(gym.Env[str, str]):
     **The step as two halves** (how a rollout loop batches the env role of many envs): :meth:`begin_step`
     ``(action) -> PendingStep`` parses the action, runs the checks and every call a backend answers by itself,
     and stops at the first call an imagined backend (one with ``begin_call``/``finish_call``, such as
-    :class:`~envace_gym.rehearsal.ImaginedBackend`) needs an answer for, returning its request;
+    :class:`~envace_gym.imagination.ImaginedBackend`) needs an answer for, returning its request;
     :meth:`continue_step` ``(answers)`` hands over the answers and returns the next requests; and
     ``step(action)`` with the same action, on the outermost wrapper, ends the step: every wrapper sees it as
     an ordinary step (an action wrapper maps the action again, to the text the step began with). Begin
-    through the wrappers with :func:`envace_gym.rehearsal.halfstep.begin_step`, which applies each
+    through the wrappers with :func:`envace_gym.imagination.halfstep.begin_step`, which applies each
     ``gym.ActionWrapper``'s mapping on the way in. ``step(action)`` with no step in flight is the three in
     one, its imagined calls answered synchronously by the backend's own imaginer. Hooks run as in a whole
     step.
@@ -403,8 +407,8 @@ class ToolCallEnv(gym.Env[str, str]):
 
     def prepare_rehearsal(self, user: Any) -> None:
         """Hook: make this fork (already holding the blind task and a detached backend) fit for private
-        rehearsal (:class:`~envace_gym.rehearsal.RehearsalFork` calls it once on its snapshot). ``user``: an
-        :class:`~envace_gym.rehearsal.ImaginedUser` (the rehearsing policy playing the user from the visible
+        rehearsal (:class:`~envace_gym.imagination.RehearsalFork` calls it once on its snapshot). ``user``: an
+        :class:`~envace_gym.imagination.ImaginedUser` (the rehearsing policy playing the user from the visible
         conversation), or None when none was given. The default does nothing: the scripted user turns of a
         task are part of the conversation."""
 
@@ -504,7 +508,7 @@ class ToolCallEnv(gym.Env[str, str]):
         }
         samples = [r.sample for r in results if r.sample is not None]
         if samples:
-            info["rehearsal"] = samples
+            info["env_role_samples"] = info[DEPRECATED_SAMPLES_KEY] = samples
         return info
 
     def abort(self, reason: str) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 :class:`ToolCallVectorEnv` is Gymnasium's ``SyncVectorEnv`` (same spaces, info batching, autoreset modes,
 ``reset_mask``), except that one :meth:`~ToolCallVectorEnv.step` steps its envs through
-:func:`~envace_gym.rehearsal.halfstep.step_envs`: envs whose tool results are imagined by one shared env
+:func:`~envace_gym.imagination.halfstep.step_envs`: envs whose tool results are imagined by one shared env
 role (``SelfRehearsalEnv`` wrappers around the same policy) step as half-steps, and the env-role requests of
 the step go to the policy in one ``imagine_batch`` call per round (no thread). :func:`make_vector` is the registration's
 ``vector_entry_point``; it takes ``gym.make``'s kwargs, plus ``imaginer=`` for imagined backends.
@@ -28,8 +28,8 @@ from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import concatenate, iterate
 
 from .compose import check_imaginer, make_env
-from .rehearsal import Imaginer
-from .rehearsal.halfstep import LocalEnvs, imaginer_of, step_envs
+from .imagination import Imaginer
+from .imagination.halfstep import LocalEnvs, imaginer_of, step_envs
 
 __all__ = [
     "ToolCallVectorEnv",

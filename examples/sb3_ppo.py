@@ -36,7 +36,7 @@ import envace_gym
 from envace_gym import TaskSuite, parse_backend_spec
 from envace_gym.agents.eval.stats import wilson_interval
 from envace_gym.calls import parse_calls
-from envace_gym.rehearsal import Imaginer
+from envace_gym.imagination import Imaginer
 from envace_gym.rewards import call_match
 from envace_gym.wrappers import CandidateActions, FeatureObservation
 

@@ -21,7 +21,7 @@ from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.envace import EnvACETrainer
 from envace_gym.backends import LEDGER, CallLedger, PythonBackend, Toolkit, ToolLog, register_backend, tool
 from envace_gym.env import ToolCallEnv
-from envace_gym.rehearsal import SelfRehearsalEnv, format_execution_result
+from envace_gym.imagination import SelfRehearsalEnv, format_execution_result
 from envace_gym.tasks import RefCall, RefTurn, Task
 
 RAN: list[str] = []  # every call a counting tool actually ran, in any backend of this process
@@ -212,7 +212,7 @@ def test_grounded_imagination_books_shadow_calls_live_and_tool_log_entries_logge
     env.unwrapped.scored = False  # leave the reward's replays out: this counts the episode's calls only
     *_, info = env.step(ACTION)
     delta = {k: n - before[k] for k, n in LEDGER.snapshot().items()}
-    (sample,) = info["rehearsal"]
+    (sample,) = info["env_role_samples"]
     assert delta["live"] == len(RAN) - ran == (1 if grounding == "live" else 0)  # the refused call reached nothing
     assert delta["logged"] == (1 if grounding == "log" else 0)
     assert (sample.target is not None) == (grounding != "none")

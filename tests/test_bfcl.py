@@ -25,7 +25,7 @@ from envace_gym.envs.bfcl.convert import build_tasks
 from envace_gym.envs.bfcl.ground_truth import GroundTruthError, parse_call_string, reference_arguments
 from envace_gym.envs.bfcl.hostlang import encode
 from envace_gym.envs.bfcl.perturb import PERTURBATIONS, perturb, play, reference_turns
-from envace_gym.rehearsal import RealResultImaginer
+from envace_gym.imagination import RealResultImaginer
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None, reason="bfcl-eval is not installed")
 
@@ -112,7 +112,7 @@ def test_oracle_scores_one_with_imagined_results(suites, category):
     for task in suites[category]:
         info = play_episode(env, oracle, task.id)
         assert info["success"], (task.id, info.get("bfcl"), info.get("aborted"))
-        assert info["rehearsal"] == [] or all(s.valid for s in info["rehearsal"])
+        assert info["env_role_samples"] == [] or all(s.valid for s in info["env_role_samples"])
 
 
 # ------------------------------------------------------------------------------------------ perturbations

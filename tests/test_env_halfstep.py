@@ -16,7 +16,7 @@ from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.rollout import collect
 from envace_gym.env import PendingStep
-from envace_gym.rehearsal.halfstep import begin_step, half_step_route
+from envace_gym.imagination.halfstep import begin_step, half_step_route
 from envace_gym.vector import ToolCallVectorEnv
 from envace_gym.wrappers import CandidateActions, FeatureObservation
 
@@ -63,7 +63,7 @@ def test_a_half_step_asks_one_call_at_a_time_and_ends_as_step_does():
     assert half_role.asked == []  # the env's own role was never called: the caller answered
     assert [r.messages for r in answerer.asked] == [r.messages for r in whole_role.asked]  # asked the same
     assert half[0] == whole[0] and half[1:4] == whole[1:4]
-    assert half[4]["messages"] == whole[4]["messages"] and len(half[4]["rehearsal"]) == 2
+    assert half[4]["messages"] == whole[4]["messages"] and len(half[4]["env_role_samples"]) == 2
 
 
 def test_ending_through_the_wrappers_applies_their_change_and_refuses_a_wrong_end():

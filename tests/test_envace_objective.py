@@ -8,7 +8,7 @@ import torch
 from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.rollout.loop import EpisodeResult, Trajectory
 from envace_gym.agents.train.objective import Sample, build_samples, collate, compute_advantages, sample_loss
-from envace_gym.rehearsal import EnvRoleSample
+from envace_gym.imagination import EnvRoleSample
 
 
 def _row(group: str, reward: float, role: str = "actor") -> Sample:

@@ -21,7 +21,7 @@ from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.agents.train.config import EnvACEConfig, load_config
 from envace_gym.agents.train.envace import EnvACETrainer
 from envace_gym.agents.train.sft import SFTConfig, SFTExample, train_sft
-from envace_gym.rehearsal import RealResultImaginer, SelfRehearsalEnv, format_execution_result
+from envace_gym.imagination import RealResultImaginer, SelfRehearsalEnv, format_execution_result
 from envace_gym.rewards import register_reward_basis
 
 

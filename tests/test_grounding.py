@@ -14,7 +14,7 @@ from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.backends import ToolLog
 from envace_gym.backends.ledger import LEDGER
-from envace_gym.rehearsal import RealResultImaginer, SelfRehearsalEnv
+from envace_gym.imagination import RealResultImaginer, SelfRehearsalEnv
 
 
 class _Recording(RealResultImaginer):

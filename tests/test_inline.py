@@ -19,7 +19,7 @@ from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.rollout import collect
 from envace_gym.agents.scripted import OraclePolicy, play_episode
-from envace_gym.rehearsal import RealResultImaginer, parse_inline_result
+from envace_gym.imagination import RealResultImaginer, parse_inline_result
 
 
 def _single_call_task():
@@ -161,7 +161,12 @@ def test_inline_rejects_what_a_real_tool_would_not_return(answer):
     )
     env.reset(seed=0)
     obs, reward, term, trunc, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
-    assert term and reward == 0.0 and info["rehearsal"][0].valid is False and info["rehearsal"][0].mode == "inline"
+    assert (
+        term
+        and reward == 0.0
+        and info["env_role_samples"][0].valid is False
+        and info["env_role_samples"][0].mode == "inline"
+    )
 
 
 def test_inline_request_carries_the_actor_conversation_and_keeps_the_text_verbatim():
@@ -232,7 +237,7 @@ def test_inline_with_a_template_that_wraps_tool_results():
 
     from envace_gym.agents.lm.engine import Generation
     from envace_gym.agents.lm.policy import LMPolicy
-    from envace_gym.rehearsal import ImagineRequest
+    from envace_gym.imagination import ImagineRequest
 
     base = tiny_policy()
     tok = copy.copy(base.tokenizer)

@@ -206,7 +206,7 @@ def test_both_engines_implement_the_engine_protocol_and_vllm_declares_no_field_o
 def test_a_generation_is_immutable_and_an_inline_answer_is_a_new_one(policy):
     import dataclasses
 
-    from envace_gym.rehearsal import ImagineRequest
+    from envace_gym.imagination import ImagineRequest
 
     messages = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "call"}]
     gen = policy.imagine(ImagineRequest(messages, "f", {}, mode="inline"), SamplingConfig(0.0, 1.0, 4, 0))

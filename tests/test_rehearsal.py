@@ -10,7 +10,7 @@ import envace_gym
 from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
 from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.backends import ReplayBackend, ReplayFileError
-from envace_gym.rehearsal import RealResultImaginer, parse_execution_result
+from envace_gym.imagination import RealResultImaginer, parse_execution_result
 
 
 class CountingImaginer(RealResultImaginer):
@@ -75,11 +75,11 @@ def test_deterministic_checks_answer_before_the_env_role():
         ("<tool_call>{oops</tool_call>", "INVALID_TOOL_CALL_FORMAT"),
     ]:
         obs, reward, term, trunc, info = env.step(action)
-        assert [e["code"] for e in info["errors"]] == [code] and not term and info["rehearsal"] == []
+        assert [e["code"] for e in info["errors"]] == [code] and not term and info["env_role_samples"] == []
     assert role.calls == 0
     obs, reward, term, trunc, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
     assert '"ok": 1' in obs and role.calls == 1
-    sample = info["rehearsal"][0]
+    sample = info["env_role_samples"][0]
     assert (
         sample.valid
         and sample.tool == "get_balance"
@@ -107,7 +107,7 @@ def test_unusable_answers_end_the_episode_with_reward_zero(answer):
     env.reset(seed=1)
     obs, reward, term, trunc, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
     assert term and reward == 0.0 and info["success"] is False and "aborted" in info
-    assert info["rehearsal"][0].valid is False and info["rehearsal"][0].error
+    assert info["env_role_samples"][0].valid is False and info["env_role_samples"][0].error
     assert env.observation_space.contains(obs)
 
 
@@ -176,7 +176,7 @@ def test_lm_policy_as_env_role_records_samples():
     env = SelfRehearsalEnv(gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test"), policy)
     env.reset(seed=0)
     obs, reward, term, trunc, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
-    sample = info["rehearsal"][0]
+    sample = info["env_role_samples"][0]
     assert len(sample.completion_ids) == len(sample.logprobs) > 0 and len(sample.prompt_ids) > 50
     assert term and reward == 0.0  # a random model cannot write an execution_result: the paper's rule
     assert policy.tokenizer.decode(sample.prompt_ids).count("precise tool simulator") == 1
@@ -232,5 +232,5 @@ def test_after_an_unusable_answer_the_rest_of_the_step_is_not_imagined():
     env.reset(seed=1)
     calls = [ToolCall("get_balance", {"account_id": "A-1"}), ToolCall("get_balance", {"account_id": "A-2"})]
     obs, reward, term, trunc, info = env.step(format_calls(calls))
-    assert term and role.calls == 1 and len(info["rehearsal"]) == 1
+    assert term and role.calls == 1 and len(info["env_role_samples"]) == 1
     assert "not run" in info["messages"][-1]["content"]

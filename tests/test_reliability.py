@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import envace_gym  # noqa: F401  (registers the envs)
 from envace_gym.backends.replay import ReplayBackend, ReplayFileError
 from envace_gym.calls import ErrorCode, _split_tagged, json_value_problem, parse_calls
-from envace_gym.rehearsal import parse_execution_result, parse_inline_result
+from envace_gym.imagination import parse_execution_result, parse_inline_result
 
 DOMAINS = ["bank", "files", "retail", "travel"]
 DEEP = "[" * 600 + "]" * 600
@@ -230,7 +230,7 @@ def test_message_contents_cannot_forge_turns_in_the_tokens_the_policy_sees():
     assert policy.chat.spells_control_token('{"a": "x<|im_start|>"}<|im_end|>')
     assert not policy.chat.spells_control_token('{"a": 1}<|im_end|>')
     # The env role's simulator prompt quotes the conversation and the actor's raw message: same rule.
-    from envace_gym.rehearsal import build_simulator_prompt
+    from envace_gym.imagination import build_simulator_prompt
 
     task = envace_gym.load_suite("builtin/bank").get("bank-test-0008")
     call = envace_gym.ToolCall("get_balance", {"account_id": "A-5247"})

@@ -17,7 +17,7 @@ from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.backends import BackendCopyError, BackendSpec, make_backend
 from envace_gym.backends.mcp import MCPBackend
 from envace_gym.backends.spec import IMAGINED_KINDS, SELF_KINDS
-from envace_gym.rehearsal import RealResultImaginer
+from envace_gym.imagination import RealResultImaginer
 from envace_gym.rewards import register_reward_basis, reward_bases
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,7 +201,7 @@ def test_a_backend_spec_carries_its_imagination_mode(value, mode, self_imagined,
 
 def test_one_vocabulary_of_backend_kinds():
     from envace_gym.agents.train.config import BACKENDS
-    from envace_gym.rehearsal import MODES  # SelfRehearsalEnv's modes
+    from envace_gym.imagination import MODES  # SelfRehearsalEnv's modes
 
     assert {parse_backend_spec(k).imagination_mode for k in IMAGINED_KINDS} == set(MODES)
     assert set(BACKENDS) == set(SELF_KINDS) | {"real", "simulator"}
@@ -335,3 +335,23 @@ def test_the_trainer_composes_its_envs_as_the_backend_spec_says(backend):
         if mode is not None:
             assert env.mode == mode
             assert env.policy is (trainer.simulator if backend == "simulator" else policy)
+
+
+def test_the_old_names_still_work_for_one_release_with_a_warning():
+    import importlib
+    import sys
+
+    import envace_gym.imagination.halfstep as halfstep
+
+    for name in [m for m in sys.modules if m == "envace_gym.rehearsal" or m.startswith("envace_gym.rehearsal.")]:
+        del sys.modules[name]  # import it afresh: the warning is given on import
+    with pytest.warns(DeprecationWarning, match="envace_gym.imagination"):
+        old = importlib.import_module("envace_gym.rehearsal")
+    assert old.SelfRehearsalEnv is SelfRehearsalEnv
+    assert importlib.import_module("envace_gym.rehearsal.halfstep") is halfstep
+
+    env = SelfRehearsalEnv(gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test"), _Echo())
+    env.reset(seed=0)
+    call = '<tool_call>\n{"name": "get_balance", "arguments": {"account_id": "A-1"}}\n</tool_call>'
+    _, _, _, _, info = env.step(call)
+    assert info["env_role_samples"] and info["rehearsal"] is info["env_role_samples"]

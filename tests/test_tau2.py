@@ -21,7 +21,7 @@ from envace_gym.envs.tau2.official import evaluate_with_tau2
 from envace_gym.envs.tau2.perturb import PERTURBATIONS, perturbations
 from envace_gym.envs.tau2.tasks import build_task, load_suite
 from envace_gym.envs.tau2.users import STOP_TOKENS, ScriptedUser
-from envace_gym.rehearsal import RealResultImaginer
+from envace_gym.imagination import RealResultImaginer
 from envace_gym.tasks import RefTurn
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,9 +16,9 @@ from envace_gym.agents.rollout import collect
 from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.agents.train.objective import build_samples
 from envace_gym.backends import ReplayBackend, ReplayFileError, ToolLog
-from envace_gym.rehearsal import RealResultImaginer, SelfRehearsalEnv, format_execution_result
-from envace_gym.rehearsal.fidelity import result_fidelity
-from envace_gym.rehearsal.prompt import is_result_shaped
+from envace_gym.imagination import RealResultImaginer, SelfRehearsalEnv, format_execution_result
+from envace_gym.imagination.fidelity import result_fidelity
+from envace_gym.imagination.prompt import is_result_shaped
 
 
 class _ZeroBalance(RealResultImaginer):

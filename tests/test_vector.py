@@ -15,7 +15,7 @@ from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
 from envace_gym.agents.rollout import collect
 from envace_gym.agents.rollout.remote import unbatch_info
 from envace_gym.agents.scripted import OraclePolicy
-from envace_gym.rehearsal import RealResultImaginer
+from envace_gym.imagination import RealResultImaginer
 from envace_gym.spaces import UnicodeText, fit_shared_text
 from envace_gym.vector import ToolCallAsyncVectorEnv, ToolCallVectorEnv, WorkerDiedError, make_vector
 
@@ -289,7 +289,7 @@ def test_gymnasiums_vector_envs_take_the_rehearsal_wrapper_through_wrappers(mode
     single = _single()
     single.reset(options={"task_id": TASK})
     assert obs[0] == single.step(BALANCE)[0]
-    assert [[s.tool for s in r] for r in info["rehearsal"]] == [["get_balance"], ["get_balance"]]  # imagined
+    assert [[s.tool for s in r] for r in info["env_role_samples"]] == [["get_balance"], ["get_balance"]]  # imagined
 
 
 def test_make_vector_says_what_an_imagined_backend_needs():

@@ -30,8 +30,8 @@ from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import canonical_json
 from envace_gym.compose import rehearse
-from envace_gym.rehearsal import BatchImaginer, Imaginer, parse_execution_result, parse_inline_result
-from envace_gym.rehearsal.fidelity import leaf_f1
+from envace_gym.imagination import BatchImaginer, Imaginer, parse_execution_result, parse_inline_result
+from envace_gym.imagination.fidelity import leaf_f1
 
 __all__ = ["leaf_f1", "FidelityStats", "fidelity_report", "fidelity_table", "plot_fidelity", "save_report"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from envace_gym.rehearsal import ImagineRequest
+from envace_gym.imagination import ImagineRequest
 
 from .chat import ChatFormat
 from .device import resolve_device

@@ -6,7 +6,7 @@ policy and is itself a policy: :func:`~envace_gym.agents.rollout.collect`, ``eva
 use it like any other. Through ``collect``'s ``prepare_turns`` hook, before the committed episode's first
 turn (and, with ``each_user_turn``, before every later user turn) it
 
-1. forks each env at its current state into a :class:`~envace_gym.rehearsal.RehearsalFork` (the task made
+1. forks each env at its current state into a :class:`~envace_gym.imagination.RehearsalFork` (the task made
    blind: no reference, no reward bases, no metadata but a schedule the env keeps, BFCL's ``holdout``; the
    real backend neither copied nor called; where the user is part of the world, tau2, ``user`` plays it
    from the conversation the agent saw) wrapped in ``SelfRehearsalEnv(..., grounding="none")``, so the env
@@ -74,7 +74,7 @@ from envace_gym.agents.rollout.loop import Trajectory, collect
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import parse_calls, tool_calls_to_openai, tool_names_of
 from envace_gym.compose import rehearse
-from envace_gym.rehearsal import Imaginer, RehearsalFork
+from envace_gym.imagination import Imaginer, RehearsalFork
 
 from .memory import (
     MEMORY_HEADER,
@@ -93,7 +93,7 @@ if TYPE_CHECKING:
 __all__ = ["PrivateRehearsal", "rehearsal_tokens", "REHEARSAL_MODES", "REHEARSAL_USES", "REHEARSAL_CHOICES"]
 
 #: How rehearsals are played (``PrivateRehearsal(mode=...)``); not the env role's imagination mode
-#: (``env_role_mode``: ``prompted`` or ``inline``, see ``envace_gym.rehearsal.MODES``).
+#: (``env_role_mode``: ``prompted`` or ``inline``, see ``envace_gym.imagination.MODES``).
 REHEARSAL_MODES = ("parallel", "sequential")
 #: What rehearsals are for (``PrivateRehearsal(use=...)``): a memory the actor reads, or plans it selects from.
 REHEARSAL_USES = ("memory", "select")
@@ -148,7 +148,7 @@ class PrivateRehearsal(PolicyHooks):
             policy itself (world rehearsal). Required for a text policy.
         user: who plays the user in rehearsal where the user is part of the world (tau2, whose simulator
             reads the task's scenario): anything with ``act(messages, tools)``, shown only the conversation
-            the agent saw (see :class:`~envace_gym.rehearsal.ImaginedUser`); default: the policy itself (an
+            the agent saw (see :class:`~envace_gym.imagination.ImaginedUser`); default: the policy itself (an
             LM policy). Its tokens count in ``rehearsal_tokens`` (and ``user_tokens``). Envs with scripted
             user turns do not use it.
         env_role_mode: ``"prompted"`` (the paper's simulator prompt) or ``"inline"``.

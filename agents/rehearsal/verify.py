@@ -11,7 +11,7 @@ A policy wrapper (like :class:`~.private.PrivateRehearsal`), itself a policy. Th
 2. the draft is parsed as the env parses it (``parse_calls``, at most the env's ``max_calls_per_step``
    calls). Each call that is **state-changing** (:func:`is_read_only`) and passes the deterministic checks
    (a call they reject changes nothing and the env reports it anyway) is predicted by the env role, from
-   the request an :class:`~envace_gym.rehearsal.ImaginedBackend` builds for it (the prompted simulator
+   the request an :class:`~envace_gym.imagination.ImaginedBackend` builds for it (the prompted simulator
    prompt, exactly as an imagined call of the env is asked, over the task made blind and without
    reference examples: nothing of the reference reaches it). Each call is predicted from the conversation
    up to and including the draft, without the results of the draft's other calls (they have not run).
@@ -52,9 +52,9 @@ import gymnasium as gym
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, TurnContext
 from envace_gym.calls import ToolCall, canonical_json, parse_calls, tool_calls_to_openai
-from envace_gym.rehearsal import ImaginedBackend, Imaginer, ImagineRequest
-from envace_gym.rehearsal.halfstep import answer_requests
-from envace_gym.rehearsal.prompt import parse_execution_result
+from envace_gym.imagination import ImaginedBackend, Imaginer, ImagineRequest
+from envace_gym.imagination.halfstep import answer_requests
+from envace_gym.imagination.prompt import parse_execution_result
 
 from .memory import predicted_error
 

@@ -46,9 +46,9 @@ from envace_gym.agents.lm.chat import ROLES, ChatFormat, TokenStream, assistant_
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext
 from envace_gym.agents.rollout.remote import RemoteEnvs
+from envace_gym.imagination import EnvRoleSample, ImagineRequest
+from envace_gym.imagination.halfstep import LocalEnvs, imaginer_of, step_envs, with_context
 from envace_gym.jsonl import read_jsonl
-from envace_gym.rehearsal import EnvRoleSample, ImagineRequest
-from envace_gym.rehearsal.halfstep import LocalEnvs, imaginer_of, step_envs, with_context
 
 if TYPE_CHECKING:
     from envace_gym.agents.lm.engine import SamplingConfig
@@ -265,7 +265,7 @@ class _Slot:
 def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> tuple[list[Any], Any]:
     """The envs to play and the group that steps them: a list as given, or the sub-envs of a vector env that
     steps them in this process (``gym.make_vec("EnvACE-ToolCall-v0")``'s native ``ToolCallVectorEnv``, or a
-    ``SyncVectorEnv``), stepped directly (:class:`~envace_gym.rehearsal.halfstep.LocalEnvs`); or stand-ins
+    ``SyncVectorEnv``), stepped directly (:class:`~envace_gym.imagination.halfstep.LocalEnvs`); or stand-ins
     for the sub-envs of any other vector env (``AsyncVectorEnv``), driven through its batch API
     (:class:`~.remote.RemoteEnvs`)."""
     if isinstance(envs, gym.vector.SyncVectorEnv):
@@ -546,7 +546,7 @@ def _collect_lm(
         still, fresh, turned = [], [], []
         for slot, outcome in zip(active, outcomes, strict=True):
             spliced = True  # inline answers continue the stream, up to one that does not
-            for sample in outcome[4].get("rehearsal", []):
+            for sample in outcome[4].get("env_role_samples", []):
                 slot.samples.append(sample)
                 if sample.mode == "inline" and sample.valid and spliced:
                     spliced = _splice_inline(slot.stream, sample, lm.chat)
@@ -591,7 +591,7 @@ def _collect_text(slots: list[_Slot], group: Any, book: _Episodes, env_role: Any
         outcomes = step_envs(group, [s.index for s in active], actions, imaginers, env_role)
         still, fresh, turned = [], [], []
         for slot, outcome in zip(active, outcomes, strict=True):
-            slot.samples.extend(outcome[4].get("rehearsal", []))
+            slot.samples.extend(outcome[4].get("env_role_samples", []))
             if _ended(slot, outcome):
                 traj = slot.trajectory(outcome[1], outcome[3], outcome[4], _policy_name(slot.actor))
                 book.finish(slot, traj, outcome[4])

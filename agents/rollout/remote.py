@@ -14,7 +14,7 @@ only, so :class:`RemoteEnvs` maps one onto the other:
 * the env role is batched across processes: :meth:`RemoteEnvs.begin_steps` and
   :meth:`RemoteEnvs.continue_steps` run each worker's half-step (``ToolCallEnv.begin_step``/``continue_step``,
   each worker with its own action or answer, all workers at once) and bring back their env-role requests,
-  which the parent answers (:func:`~envace_gym.rehearsal.halfstep.step_envs`: one engine call per round
+  which the parent answers (:func:`~envace_gym.imagination.halfstep.step_envs`: one engine call per round
   for all workers) with its LM policy, for workers whose env role is a copy of that policy (the same
   ``name``; others answer in their own process, unbatched); the step then ends through each worker's
   wrappers with ``vec.step(actions)``, the same actions. A worker's action wrappers are not applied at the

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envace_gym.backends.spec import SELF_KINDS
-from envace_gym.rehearsal.prompt import GROUNDINGS
+from envace_gym.imagination.prompt import GROUNDINGS
 
 __all__ = [
     "BACKENDS",

@@ -70,8 +70,8 @@ from envace_gym.agents.rollout import PolicyHooks, Trajectory, TurnContext, coll
 from envace_gym.backends import LEDGER, ToolLog, charged_as
 from envace_gym.backends.spec import parse_backend_spec
 from envace_gym.compose import rehearse
+from envace_gym.imagination.prompt import is_result_shaped
 from envace_gym.jsonl import read_jsonl
-from envace_gym.rehearsal.prompt import is_result_shaped
 
 from .checkpoint import ADAPTER_TENSORS, latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import EnvACEConfig, config_to_toml, default_lr

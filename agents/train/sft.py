@@ -29,7 +29,7 @@ from envace_gym.agents.lm.chat import GENERATED_ROLES, encode_conversation
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
 from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.compose import rehearse
-from envace_gym.rehearsal import EnvRoleAnswer, ImagineRequest, RealResultImaginer
+from envace_gym.imagination import EnvRoleAnswer, ImagineRequest, RealResultImaginer
 
 from .distributed import idle_loss, make_accelerator, place_model, uses_fsdp
 from .logprobs import TokenLogprobs, token_logprobs

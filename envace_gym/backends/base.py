@@ -33,7 +33,7 @@ class ToolResult:
     ``text``, when set, is the message content exactly as produced (an inline imagined result keeps the
     text the model sampled, so the actor's context holds those very tokens); else ``content`` is serialised.
     ``sample`` is the env-role generation that answered the call, when it was imagined
-    (:class:`~envace_gym.rehearsal.EnvRoleSample`). ``fatal`` says the backend cannot go on with this
+    (:class:`~envace_gym.imagination.EnvRoleSample`). ``fatal`` says the backend cannot go on with this
     episode (an unusable imagined result under ``on_invalid="end"``): the env runs no more calls and ends
     the episode with reward 0 (see :meth:`~envace_gym.env.ToolCallEnv.abort`).
     """

@@ -13,7 +13,7 @@ Every booking names a *kind*:
 
 Who books: the env books ``live`` for each call its backend executed, unless the backend is
 *self-accounting* (its class sets ``self_accounting = True``: :class:`~envace_gym.backends.ReplayBackend`,
-:class:`~envace_gym.rehearsal.ImaginedBackend`), in which case the backend books its own calls, since only it
+:class:`~envace_gym.imagination.ImaginedBackend`), in which case the backend books its own calls, since only it
 knows which of them reached a real tool. :func:`~envace_gym.backends.replayed_state_hash` books ``verifier``.
 
 Inside ``with charged_as("diagnostic"):`` every booking made *in this thread* goes to that kind instead,

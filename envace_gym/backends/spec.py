@@ -21,7 +21,7 @@ __all__ = [
 SELF_INLINE = "self-inline"
 #: Kinds an env builds itself (``replay``, ``cache`` and ``mcp`` take a target after the colon).
 REAL_KINDS = ("real", "replay", "cache", "mcp")
-#: Kind -> its imagination mode (``SelfRehearsalEnv``'s ``mode``, :data:`envace_gym.rehearsal.MODES`):
+#: Kind -> its imagination mode (``SelfRehearsalEnv``'s ``mode``, :data:`envace_gym.imagination.MODES`):
 #: ``prompted`` (from a fresh simulator prompt, the paper's setting) or ``inline`` (as the tool message of
 #: the actor's own conversation), for the kinds whose results are imagined: the env is built on ``real``
 #: and wrapped in ``SelfRehearsalEnv`` (:func:`envace_gym.make_env` does this).

@@ -29,7 +29,7 @@ import gymnasium as gym
 from .._registry import did_you_mean, unknown_message
 from ..backends.spec import BackendSpec, parse_backend_spec
 from ..compose import env_role_for, make_env
-from ..rehearsal.protocol import Imaginer
+from ..imagination.protocol import Imaginer
 
 if TYPE_CHECKING:  # the agents load torch: imported where a command runs
     from transformers import HfArgumentParser

@@ -185,7 +185,7 @@ class Tau2Env(ToolCallEnv):
 
     def prepare_rehearsal(self, user: Any) -> None:
         """A private-rehearsal snapshot (a fork holding the blind task): the user is part of the world, so
-        its turns are imagined too. ``user`` (an :class:`~envace_gym.rehearsal.ImaginedUser`) replaces tau2's
+        its turns are imagined too. ``user`` (an :class:`~envace_gym.imagination.ImaginedUser`) replaces tau2's
         user simulator, which reads the task's scenario; its view is rebuilt from the messages the agent saw
         (:func:`~.users.imagined_user_view`: no scenario, no guidelines naming it), and it has no tools, so
         no real environment is reached on its behalf. The committed episode keeps its own user."""

@@ -44,7 +44,7 @@ class ImaginedBackend:
 
     The deterministic checks answer first, exactly as a real backend would; every call that passes them is
     answered by the imaginer. Each answer's :class:`EnvRoleSample` travels on its :class:`ToolResult`
-    (``result.sample``), so the env reports it in ``info["rehearsal"]``. An unusable answer is a
+    (``result.sample``), so the env reports it in ``info["env_role_samples"]``. An unusable answer is a
     ``TOOL_EXECUTION_ERROR``, marked ``fatal`` when ``end_on_failure`` (the env then ends the episode).
 
     The env hands it the live conversation before each step's calls (:meth:`bind_conversation`). Its state
@@ -54,7 +54,7 @@ class ImaginedBackend:
     Args:
         imaginer: who answers (``imagine(ImagineRequest)``); replaceable, e.g. by a batching imaginer.
         mode: ``"prompted"`` (a simulator prompt per call) or ``"inline"`` (the actor's own context).
-        grounding: prompted mode's few-shot examples (:data:`~envace_gym.rehearsal.prompt.GROUNDINGS`):
+        grounding: prompted mode's few-shot examples (:data:`~envace_gym.imagination.prompt.GROUNDINGS`):
             ``"reference"`` (the task's own reference results), ``"log"`` (other tasks' results from ``log``;
             the log is then never looked up for this task's own results: no fidelity score, no target) or
             ``"none"``. Every real result shown in a prompt is booked as a ``logged`` call.
