@@ -59,9 +59,16 @@ class PolicyHooks:
     trajectories it plays (default: the policy's).
 
     * ``prepare_turns(envs, infos, ctx) -> list[PolicyNote | None]``: called at each env's first turn and at
-      every later user turn, for the envs that reached one; a note's text is shown to the policy from then on.
+      every later user turn, for the envs that reached one (one call for the batch; a text policy: its own
+      env). A :class:`PolicyNote`'s text is shown to the policy from then on, as a system message where it was
+      given (a text policy: ``info["note"]``); the env never sees it. Test-time private rehearsal gives its
+      memory this way.
     * ``choose_actions(envs, observations, infos, ctx) -> list[PolicyChoice | None]``: called before every
-      actor turn; a choice with an ``action`` commits that text instead of generating one.
+      actor turn, for the active envs. A :class:`PolicyChoice` with an ``action`` commits that text as the
+      env's actor message instead of generating it (an LM policy: encoded as the actor tokens of an assistant
+      message of that text, :func:`~envace_gym.agents.lm.chat.assistant_text`, with logprobs 0.0; a text
+      policy's ``act`` is skipped); its ``stats`` go onto ``trajectory.notes`` as a note without text, shown
+      to nobody. Private rehearsal in select mode commits its chosen rehearsal's first message this way.
     """
 
     policy: Any

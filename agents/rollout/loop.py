@@ -3,12 +3,16 @@
 :func:`collect` steps a batch of envs in lockstep. What acts is either
 
 * an **LM policy** (:class:`~envace_gym.agents.lm.policy.LMPolicy`): one batched engine call per step for
-  all envs. Every env's conversation is kept as a role-tagged :class:`~.chat.TokenStream` and its engine
-  KV cache is kept between turns, so a turn encodes only the tokens that the env added (tool results, the
-  next user message); or
+  all envs. Every env's :class:`~envace_gym.agents.lm.conversation.Conversation` keeps its role-tagged
+  tokens (and the engine keeps its KV cache between turns, so a turn encodes only the tokens that the env
+  added: tool results, the next user message); or
 * **text policies** (:class:`~envace_gym.agents.lm.protocols.TextPolicy`: ``reset()``, ``act(obs, info)``), one
   instance per env since they keep per-episode state: a single one for a single env, else a list with one
   per env. Their trajectories carry no tokens.
+
+One loop (:func:`_play`) serves both, reading top to bottom: act, step, record; what differs between them
+(how a turn is produced, what is kept of its tokens) is behind two small classes, ``_LMActors`` and
+``_TextActors``.
 
 Either way the result is a list of :class:`Trajectory`: the :class:`EpisodeResult` (reward, success, call
 counts, messages) and, for an LM policy, the token-level record: token ids with a role per token, the
@@ -36,18 +40,20 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from tqdm.auto import tqdm
 
-from envace_gym.agents.lm.chat import ROLES, ChatFormat, TokenStream, assistant_text
+from envace_gym.agents.lm.chat import ROLES, TokenStream
+from envace_gym.agents.lm.conversation import Conversation
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext
 from envace_gym.agents.rollout.remote import RemoteEnvs
 from envace_gym.imagination import EnvRoleSample, ImagineRequest
-from envace_gym.imagination.halfstep import LocalEnvs, imaginer_of, step_envs, with_context
+from envace_gym.imagination.halfstep import LocalEnvs, imaginer_of, step_envs
 from envace_gym.jsonl import read_jsonl
 
 if TYPE_CHECKING:
@@ -102,7 +108,7 @@ class EpisodeResult:
 
 
 def _from_episode(name: str) -> property:
-    return property(lambda self: getattr(self.episode, name), doc=f"``episode.{name}``")
+    return property(attrgetter(f"episode.{name}"), doc=f"``episode.{name}``")
 
 
 @dataclass
@@ -230,9 +236,8 @@ class _Slot:
     episode: int = -1
     obs: Any = None
     info: dict[str, Any] = field(default_factory=dict)
-    stream: TokenStream = field(default_factory=TokenStream)
+    conversation: Conversation | None = None  # under an LM policy: the episode's tokens
     tools: list[dict[str, Any]] = field(default_factory=list)
-    prefix_len: int = 0  # shared system+tools head of the first prompt
     samples: list[EnvRoleSample] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)  # the episode's PolicyNotes, with their place
     run: int = 0  # which collect() call: a nested one (rehearsal inside a policy's hook) shares the engine
@@ -257,7 +262,7 @@ class _Slot:
         return "\n\n".join(n["text"] for n in self.notes if n["text"]) or None
 
     def trajectory(self, reward: float, truncated: bool, info: dict[str, Any], policy: str) -> Trajectory:
-        s = self.stream
+        s = self.conversation.stream if self.conversation is not None else TokenStream()
         episode = EpisodeResult.from_info(info, reward, truncated)
         return Trajectory(episode, s.ids, s.roles, s.logprobs, self.samples, policy=policy, notes=self.notes)
 
@@ -314,22 +319,6 @@ def _imaginer(env: Any, group: Any, index: int, lm: LMPolicy | None) -> Any:
     return imaginer_of(env)
 
 
-def _splice_inline(stream: TokenStream, sample: EnvRoleSample, fmt: ChatFormat) -> bool:
-    """Append an inline env-role answer to the actor's stream as generated: the tool-message header the
-    policy encoded (``external``), then the sampled result tokens (``env_role``). False (nothing appended)
-    when the sample does not continue the stream, or spells a control token (its message renders escaped);
-    the next render then re-encodes that message."""
-    ids, text = sample.prompt_ids, sample.prompt_text
-    n = len(stream.ids)
-    if not text.startswith(stream.text) or ids[:n] != stream.ids or not sample.completion_ids:
-        return False
-    if fmt.spells_control_token(sample.completion_text):
-        return False
-    stream.extend(ids[n:], "external", text[len(stream.text) :])
-    stream.extend(sample.completion_ids, "env_role", sample.completion_text, sample.logprobs)
-    return True
-
-
 def _with_note(slot: _Slot) -> dict[str, Any]:
     """A text policy's ``info``: the env's, plus ``info["note"]`` (the episode's notes) when it has any."""
     note = slot.note_text()
@@ -362,7 +351,7 @@ class _Episodes:
         seed = None if self.seed is None else self.seed + slot.episode
         slot.obs, slot.info = slot.env.reset(seed=seed, options=options)
         slot.tools = slot.info["tools"]
-        slot.stream, slot.samples, slot.notes = TokenStream(), [], []
+        slot.conversation, slot.samples, slot.notes = None, [], []
         return True
 
     def finish(self, slot: _Slot, traj: Trajectory, info: dict[str, Any]) -> None:
@@ -428,20 +417,8 @@ def collect(
         env_role_sampling: how the env role samples (passed to each imaginer's ``imagine_batch``); None: each
             imaginer's own default (``policy.sampling`` for an LM policy).
 
-    **Policy hooks.** A :class:`PolicyHooks` holds the policy that acts (``hooks.policy``) and overrides
-    either of two hooks, each called with a :class:`TurnContext` (the rollout's sampling):
-
-    * ``prepare_turns(envs, infos, ctx) -> list[PolicyNote | None]``: called at each env's first turn and at
-      every later user turn, for the envs that reached one (one call for the batch; a text policy: its own
-      env). A :class:`PolicyNote`'s text is shown to the policy from then on, as a system message where it was
-      given (a text policy: ``info["note"]``); the env never sees it. Test-time private rehearsal gives its
-      memory this way.
-    * ``choose_actions(envs, observations, infos, ctx) -> list[PolicyChoice | None]``: called before every
-      actor turn, for the active envs. A :class:`PolicyChoice` with an ``action`` commits that text as the
-      env's actor message instead of generating it (an LM policy: encoded as the actor tokens of an assistant
-      message of that text, :func:`~envace_gym.agents.lm.chat.assistant_text`, with logprobs 0.0; a text
-      policy's ``act`` is skipped); its ``stats`` go onto ``trajectory.notes`` as a note without text, shown
-      to nobody. Private rehearsal in select mode commits its chosen rehearsal's first message this way.
+    **Policy hooks**: a :class:`PolicyHooks` holds the policy that acts and may add a note before a user turn
+    (``prepare_turns``) or commit a message it chose (``choose_actions``); see its docstring.
     """
     hooks = policy if isinstance(policy, PolicyHooks) else None
     acting = hooks.policy if hooks is not None else policy
@@ -453,105 +430,37 @@ def collect(
         _Slot(env, i, actor, _imaginer(env, group, i, lm), run=run)
         for i, (env, actor) in enumerate(zip(env_list, actors, strict=True))
     ]
+    if lm is not None:
+        side: _LMActors | _TextActors = _LMActors(lm, hooks, TurnContext(sampling or lm.sampling, env_role_sampling))
+    else:
+        side = _TextActors(TurnContext(None, env_role_sampling))
     bar = tqdm(total=episodes, desc=desc, disable=not progress, unit="ep")
     book = _Episodes(episodes, task_ids, seed, on_episode, bar)
     try:
-        if lm is not None:
-            _collect_lm(lm, hooks, slots, group, book, TurnContext(sampling or lm.sampling, env_role_sampling))
-        else:
-            _collect_text(slots, group, book, env_role_sampling)
+        _play(side, slots, group, book, env_role_sampling)
     finally:
         bar.close()
     return book.in_order()
 
 
-def _collect_lm(
-    lm: LMPolicy, hooks: PolicyHooks | None, slots: list[_Slot], group: Any, book: _Episodes, ctx: TurnContext
-) -> None:
-    """The loop of an LM policy: one engine call for every env's actor turn, then the envs' half-steps, whose
-    env-role requests go out in one engine call per round (an inline one continues the actor's stream)."""
-    import torch
-
-    sampling, env_role = ctx.sampling, ctx.env_role_sampling
-    assert sampling is not None
-    generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
-    hook, chooser = _hook(hooks, "prepare_turns"), _hook(hooks, "choose_actions")
-    name = _policy_name(hooks if hooks is not None else lm)
+def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: Any, book: _Episodes, env_role: Any) -> None:
+    """The loop: ``side`` acts for every active env (an LM policy: one engine call), the envs step (their
+    env-role requests answered in one call per imaginer and round), each outcome is recorded; an env whose
+    episode ended starts the next one in its place in the batch."""
     imaginers = [s.imaginer for s in slots]
-
-    def prepare(batch: list[_Slot]) -> None:  # the policy's hook at a new user turn: one call for the batch
-        if hook is not None and batch:
-            _add_notes(batch, hook([s.env for s in batch], [s.info for s in batch], ctx))
-
-    def begin(batch: list[_Slot]) -> None:  # new episodes: their notes, then their prompts start their streams
-        prepare(batch)
-        for slot in batch:
-            messages = slot.seen(slot.info["messages"])
-            ids, slot.prefix_len = lm.encode_prompt(messages, slot.tools)
-            slot.stream.extend(ids, "prompt", lm.prompt_text(messages, slot.tools))
-
-    def choose(batch: list[_Slot]) -> list[str | None]:  # the policy's hook before an actor turn
-        if chooser is None:
-            return [None] * len(batch)
-        return _chosen(batch, chooser([s.env for s in batch], [s.obs for s in batch], [s.info for s in batch], ctx))
-
-    def commit(slot: _Slot, text: str) -> None:  # a chosen message: the actor tokens of a message of this text
-        messages = [*slot.seen(slot.info["messages"]), {"role": "assistant", "content": text}]
-        actor_text = assistant_text(lm.chat, messages, slot.tools, slot.stream.text)
-        slot.stream.extend(lm.chat.encode(actor_text), "actor", actor_text)
-
-    def end(slot: _Slot, reward: float, truncated: bool, info: dict[str, Any]) -> None:
-        lm.engine.drop(slot.key)
-        book.finish(slot, slot.trajectory(reward, truncated, info, name), info)
-
-    def ask(request: ImagineRequest, index: int) -> ImagineRequest:  # the stream IS the inline context
-        slot = slots[index]
-        return with_context(request, slot.stream.ids, slot.stream.text, slot.key)
-
     active = [s for s in slots if book.start(s)]
-    begin(active)
+    side.begin(active)
     while active:
-        # Episodes that would overflow the model's context end here, truncated, with reward 0.
-        overflow = [s for s in active if len(s.stream.ids) + sampling.max_new_tokens > lm.max_context]
-        for slot in overflow:
-            end(slot, 0.0, True, slot.info)
-            active.remove(slot)
-        restarted = [s for s in overflow if book.start(s)]
-        begin(restarted)
-        active += restarted  # (restarted slots go to the end of the batch)
+        active = _restart_overflowing(side, active, book)
         if not active:
             break
-        actions = choose(active)
-        acting = [s for s, action in zip(active, actions, strict=True) if action is None]
-        gens = iter(
-            lm.generate_ids(
-                [s.stream.ids for s in acting],
-                keys=[s.key for s in acting],
-                sampling=sampling,
-                generator=generator,
-                prefix_lens=[s.prefix_len for s in acting],
-            )
-            if acting
-            else []
-        )
-        for k, slot in enumerate(active):
-            if actions[k] is not None:
-                commit(slot, actions[k])
-                continue
-            gen = next(gens)
-            slot.stream.extend(gen.token_ids, "actor", gen.text + gen.stop_text, gen.logprobs)
-            actions[k] = gen.text
-        indices = [s.index for s in active]
-        outcomes = step_envs(group, indices, actions, imaginers, env_role, ask)
+        actions = side.act(active)
+        outcomes = step_envs(group, [s.index for s in active], actions, imaginers, env_role, side.ask)
         still, fresh, turned = [], [], []
         for slot, outcome in zip(active, outcomes, strict=True):
-            spliced = True  # inline answers continue the stream, up to one that does not
-            for sample in outcome[4].get("env_role_samples", []):
-                slot.samples.append(sample)
-                if sample.mode == "inline" and sample.valid and spliced:
-                    spliced = _splice_inline(slot.stream, sample, lm.chat)
+            side.observe(slot, outcome[4])
             if _ended(slot, outcome):
-                end(slot, outcome[1], outcome[3], outcome[4])
+                _finish(side, book, slot, outcome[1], outcome[3], outcome[4])
                 if book.start(slot):  # its place in the batch is kept, so sampling stays as it was
                     still.append(slot)
                     fresh.append(slot)
@@ -559,49 +468,162 @@ def _collect_lm(
             if slot.info["messages"][-1]["role"] == "user":
                 turned.append(slot)
             still.append(slot)
-        prepare(turned)  # a new user turn: the policy may add a note before it acts on it
-        for slot in [s for s in still if all(s is not f for f in fresh)]:
-            role = "user" if slot.info["messages"][-1]["role"] == "user" else "external"
-            slot.stream.append_render(lm.chat, lm.prompt_text(slot.seen(slot.info["messages"]), slot.tools), role)
-        begin(fresh)
+        side.prepare(turned)  # a new user turn: the policy may add a note before it acts on it
+        side.render([s for s in still if all(s is not f for f in fresh)])
+        side.begin(fresh)
         active = still
 
 
-def _collect_text(slots: list[_Slot], group: Any, book: _Episodes, env_role: Any) -> None:
-    """The loop of text policies: each acts on its env's observation, then the envs step (their env-role
-    requests, where the loop answers them, in one call per imaginer and round)."""
-    imaginers = [s.imaginer for s in slots]
-    ctx = TurnContext(None, env_role)
+def _restart_overflowing(side: _LMActors | _TextActors, active: list[_Slot], book: _Episodes) -> list[_Slot]:
+    """Episodes that would overflow the model's context end here, truncated, with reward 0; their envs
+    start their next episodes at the end of the batch."""
+    overflow = side.overflowing(active)
+    if not overflow:
+        return active
+    for slot in overflow:
+        _finish(side, book, slot, 0.0, True, slot.info)
+    restarted = [s for s in overflow if book.start(s)]
+    side.begin(restarted)
+    return [s for s in active if all(s is not o for o in overflow)] + restarted
 
-    def prepare(batch: list[_Slot]) -> None:  # each text policy's own hook, one env at a time
-        for slot in batch:
+
+def _finish(
+    side: _LMActors | _TextActors, book: _Episodes, slot: _Slot, reward: float, truncated: bool, info: dict
+) -> None:
+    side.finish(slot)
+    book.finish(slot, slot.trajectory(reward, truncated, info, side.name(slot)), info)
+
+
+class _LMActors:
+    """How an LM policy acts in the loop: every env's actor turn in one engine call, each env's tokens in its
+    :class:`~envace_gym.agents.lm.conversation.Conversation`; the hooks of a :class:`PolicyHooks` for the
+    whole batch at once."""
+
+    def __init__(self, lm: LMPolicy, hooks: PolicyHooks | None, ctx: TurnContext) -> None:
+        import torch
+
+        assert ctx.sampling is not None
+        self.lm, self.ctx, self.sampling = lm, ctx, ctx.sampling
+        seed = ctx.sampling.seed
+        self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        self.prepare_hook, self.choose_hook = _hook(hooks, "prepare_turns"), _hook(hooks, "choose_actions")
+        self.policy_name = _policy_name(hooks if hooks is not None else lm)
+        self.conversations: dict[int, Conversation] = {}  # by env index: whom an env-role request continues
+
+    def name(self, slot: _Slot) -> str:
+        return self.policy_name
+
+    def prepare(self, slots: list[_Slot]) -> None:
+        """The policy's hook at a new user turn (one call for the batch)."""
+        if self.prepare_hook is not None and slots:
+            _add_notes(slots, self.prepare_hook([s.env for s in slots], [s.info for s in slots], self.ctx))
+
+    def begin(self, slots: list[_Slot]) -> None:
+        """New episodes: their notes, then their prompts start their conversations."""
+        self.prepare(slots)
+        for slot in slots:
+            slot.conversation = self.conversations[slot.index] = Conversation(self.lm, slot.key, slot.tools)
+            slot.conversation.begin(slot.seen(slot.info["messages"]))
+
+    def overflowing(self, slots: list[_Slot]) -> list[_Slot]:
+        return [s for s in slots if not _conversation(s).fits(self.sampling.max_new_tokens)]
+
+    def act(self, slots: list[_Slot]) -> list[str]:
+        """Each env's message: the one the policy's hook chose (committed), else one engine call for the rest."""
+        chosen = self._choose(slots)
+        acting = [_conversation(s) for s, text in zip(slots, chosen, strict=True) if text is None]
+        gens = iter(
+            self.lm.generate_ids(
+                [c.stream.ids for c in acting],
+                keys=[c.key for c in acting],
+                sampling=self.sampling,
+                generator=self.generator,
+                prefix_lens=[c.prefix_len for c in acting],
+            )
+            if acting
+            else []
+        )
+        actions = []
+        for slot, text in zip(slots, chosen, strict=True):
+            if text is None:
+                text = _conversation(slot).take(next(gens))
+            else:
+                _conversation(slot).commit(slot.seen(slot.info["messages"]), text)
+            actions.append(text)
+        return actions
+
+    def _choose(self, slots: list[_Slot]) -> list[str | None]:
+        if self.choose_hook is None:
+            return [None] * len(slots)
+        choices = self.choose_hook([s.env for s in slots], [s.obs for s in slots], [s.info for s in slots], self.ctx)
+        return _chosen(slots, choices)
+
+    def ask(self, request: ImagineRequest, index: int) -> ImagineRequest:
+        """An env-role request of env ``index``: its conversation is the inline context."""
+        return self.conversations[index].ask(request)
+
+    def observe(self, slot: _Slot, info: dict[str, Any]) -> None:
+        """The step's env-role samples; inline answers continue the actor's stream."""
+        samples = info.get("env_role_samples", [])
+        slot.samples.extend(samples)
+        _conversation(slot).splice(samples)
+
+    def render(self, slots: list[_Slot]) -> None:
+        """Episodes that go on: what their envs added since the actor's turn."""
+        for slot in slots:
+            role = "user" if slot.info["messages"][-1]["role"] == "user" else "external"
+            _conversation(slot).render(slot.seen(slot.info["messages"]), role)
+
+    def finish(self, slot: _Slot) -> None:
+        self.lm.engine.drop(slot.key)
+
+
+class _TextActors:
+    """How text policies act in the loop: each env's own policy, its hooks for its own env (a text policy
+    reads its notes from ``info["note"]``)."""
+
+    ask = None  # a text policy's env-role requests need no context from the loop
+
+    def __init__(self, ctx: TurnContext) -> None:
+        self.ctx = ctx
+
+    def name(self, slot: _Slot) -> str:
+        return _policy_name(slot.actor)
+
+    def prepare(self, slots: list[_Slot]) -> None:
+        """Each policy's own hook, one env at a time."""
+        for slot in slots:
             hook = _hook(slot.actor, "prepare_turns")
             if hook is not None:
-                _add_notes([slot], hook([slot.env], [slot.info], ctx))
+                _add_notes([slot], hook([slot.env], [slot.info], self.ctx))
 
-    def act(slot: _Slot) -> str:  # the action its policy's own hook chose, else the policy's act
-        chooser = _hook(slot.actor, "choose_actions")
-        chosen = None if chooser is None else _chosen([slot], chooser([slot.env], [slot.obs], [slot.info], ctx))[0]
-        return chosen if chosen is not None else _acting(slot.actor).act(slot.obs, _with_note(slot))
+    def begin(self, slots: list[_Slot]) -> None:
+        self.prepare(slots)
 
-    active = [s for s in slots if book.start(s)]
-    prepare(active)
-    while active:
-        actions = [act(slot) for slot in active]
-        outcomes = step_envs(group, [s.index for s in active], actions, imaginers, env_role)
-        still, fresh, turned = [], [], []
-        for slot, outcome in zip(active, outcomes, strict=True):
-            slot.samples.extend(outcome[4].get("env_role_samples", []))
-            if _ended(slot, outcome):
-                traj = slot.trajectory(outcome[1], outcome[3], outcome[4], _policy_name(slot.actor))
-                book.finish(slot, traj, outcome[4])
-                if book.start(slot):
-                    still.append(slot)
-                    fresh.append(slot)
-                continue
-            if slot.info["messages"][-1]["role"] == "user":
-                turned.append(slot)
-            still.append(slot)
-        prepare(turned)  # a new user turn: the policy may add a note before it acts on it
-        prepare(fresh)
-        active = still
+    def overflowing(self, slots: list[_Slot]) -> list[_Slot]:
+        return []  # no context to overflow
+
+    def act(self, slots: list[_Slot]) -> list[str]:
+        """Each env's message: the one its policy's hook chose, else its policy's ``act``."""
+        actions = []
+        for slot in slots:
+            chooser = _hook(slot.actor, "choose_actions")
+            chosen = (
+                None if chooser is None else _chosen([slot], chooser([slot.env], [slot.obs], [slot.info], self.ctx))[0]
+            )
+            actions.append(chosen if chosen is not None else _acting(slot.actor).act(slot.obs, _with_note(slot)))
+        return actions
+
+    def observe(self, slot: _Slot, info: dict[str, Any]) -> None:
+        slot.samples.extend(info.get("env_role_samples", []))
+
+    def render(self, slots: list[_Slot]) -> None:
+        pass  # a text policy reads the observation itself
+
+    def finish(self, slot: _Slot) -> None:
+        pass
+
+
+def _conversation(slot: _Slot) -> Conversation:
+    assert slot.conversation is not None, "an LM episode's conversation begins with the episode"
+    return slot.conversation
