@@ -13,7 +13,7 @@ import copy
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
@@ -36,6 +36,9 @@ from .spaces import UnicodeText
 from .suites import load_suite
 from .tasks import Task, TaskSuite
 from .transcript import render_transcript
+
+if TYPE_CHECKING:
+    from .imagination.protocol import ImagineRequest
 
 __all__ = ["ToolCallEnv", "PendingStep", "DEFAULT_SYSTEM_PROMPT", "clip"]
 
@@ -71,7 +74,7 @@ class PendingStep:
     """
 
     step: int  # the episode's step it belongs to (``env.steps``)
-    requests: list[Any] = field(default_factory=list)
+    requests: list[ImagineRequest] = field(default_factory=list)
 
 
 @dataclass

@@ -51,9 +51,9 @@ from envace_gym.agents.lm.chat import ROLES, TokenStream
 from envace_gym.agents.lm.conversation import Conversation
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext
-from envace_gym.agents.rollout.remote import RemoteEnvs
-from envace_gym.imagination import EnvRoleSample, ImagineRequest
-from envace_gym.imagination.halfstep import LocalEnvs, imaginer_of, step_envs
+from envace_gym.agents.rollout.remote import RemoteEnv, RemoteEnvs
+from envace_gym.imagination import EnvRoleSample, Imaginer, ImagineRequest
+from envace_gym.imagination.halfstep import EnvGroup, LocalEnvs, imaginer_of, step_envs
 from envace_gym.jsonl import read_jsonl
 
 if TYPE_CHECKING:
@@ -229,10 +229,10 @@ _RUNS = itertools.count()  # numbers collect() calls, so that their engine cache
 class _Slot:
     """One env of the batch and the episode it is playing."""
 
-    env: Any  # a gym.Env, or a RemoteEnv stand-in (reset only; its steps go through the group)
+    env: gym.Env | RemoteEnv  # a RemoteEnv stand-in resets only; its steps go through the group
     index: int
-    actor: Any = None  # this env's text policy; None under an LM policy
-    imaginer: Any = None  # who answers this env's env-role requests in the loop; None: the env itself, if any
+    actor: TextPolicy | PolicyHooks | None = None  # this env's text policy; None under an LM policy
+    imaginer: Imaginer | None = None  # who answers its env-role requests in the loop; None: the env itself
     episode: int = -1
     obs: Any = None
     info: dict[str, Any] = field(default_factory=dict)
@@ -267,7 +267,7 @@ class _Slot:
         return Trajectory(episode, s.ids, s.roles, s.logprobs, self.samples, policy=policy, notes=self.notes)
 
 
-def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> tuple[list[Any], Any]:
+def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> tuple[list[gym.Env | RemoteEnv], EnvGroup]:
     """The envs to play and the group that steps them: a list as given, or the sub-envs of a vector env that
     steps them in this process (``gym.make_vec("EnvACE-ToolCall-v0")``'s native ``ToolCallVectorEnv``, or a
     ``SyncVectorEnv``), stepped directly (:class:`~envace_gym.imagination.halfstep.LocalEnvs`); or stand-ins
@@ -310,7 +310,7 @@ def _hook(actor: Any, name: str) -> Callable[..., list] | None:
     return getattr(actor, name) if isinstance(actor, PolicyHooks) and actor.overrides(name) else None
 
 
-def _imaginer(env: Any, group: Any, index: int, lm: LMPolicy | None) -> Any:
+def _imaginer(env: gym.Env | RemoteEnv, group: EnvGroup, index: int, lm: LMPolicy | None) -> Imaginer | None:
     """Who answers env ``index``'s env-role requests in the loop: its own rehearsal wrapper's imaginer (in this
     process), or the LM policy for a worker's whose imaginer is a copy of that policy (its ``name``); None
     where nothing is imagined, or a worker's env role answers in its own process."""
@@ -443,7 +443,13 @@ def collect(
     return book.in_order()
 
 
-def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: Any, book: _Episodes, env_role: Any) -> None:
+def _play(
+    side: _LMActors | _TextActors,
+    slots: list[_Slot],
+    group: EnvGroup,
+    book: _Episodes,
+    env_role: SamplingConfig | None,
+) -> None:
     """The loop: ``side`` acts for every active env (an LM policy: one engine call), the envs step (their
     env-role requests answered in one call per imaginer and round), each outcome is recorded; an env whose
     episode ended starts the next one in its place in the batch."""

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 
-from .protocol import BatchImaginer, EnvRoleAnswer, ImagineRequest
+from .protocol import BatchImaginer, EnvRoleAnswer, Imaginer, ImagineRequest, SamplingLike
 
 if TYPE_CHECKING:
     from ..env import PendingStep
 
 __all__ = [
     "Asker",
+    "EnvGroup",
+    "HalfStepEnv",
     "LocalEnvs",
     "answer_requests",
     "begin_step",
@@ -39,7 +41,28 @@ __all__ = [
 Asker = Callable[[ImagineRequest, int], ImagineRequest]
 
 
-def half_step_route(env: gym.Env) -> tuple[Any, list[gym.ActionWrapper]] | None:
+class HalfStepEnv(Protocol):
+    """An env whose step runs in two halves (``ToolCallEnv`` and the rehearsal fork implement it)."""
+
+    def begin_step(self, action: str) -> PendingStep: ...
+
+    def continue_step(self, answers: Sequence[EnvRoleAnswer | str | Exception]) -> PendingStep: ...
+
+
+class EnvGroup(Protocol):
+    """Envs that :func:`step_envs` steps together: :class:`LocalEnvs` (this process) or the rollout loop's
+    ``RemoteEnvs`` (worker processes)."""
+
+    def begin_steps(self, indices: Sequence[int], actions: Sequence[Any]) -> list[PendingStep | None]: ...
+
+    def continue_steps(
+        self, indices: Sequence[int], answers: Sequence[EnvRoleAnswer | Exception]
+    ) -> list[PendingStep]: ...
+
+    def step(self, indices: Sequence[int], actions: Sequence[Any]) -> list[tuple]: ...
+
+
+def half_step_route(env: gym.Env) -> tuple[HalfStepEnv, list[gym.ActionWrapper]] | None:
     """How ``env``'s half-steps run: the env that runs them (its ``unwrapped``) and the action wrappers on the
     way there, outermost first; None when the base has no half-steps (then ``env.step`` runs whole). A wrapper
     that changes the action space without being a ``gym.ActionWrapper`` is refused: its mapping lives inside
@@ -71,13 +94,13 @@ def begin_step(env: gym.Env, action: Any) -> PendingStep:
     return base.begin_step(action)
 
 
-def imaginer_of(env: gym.Env) -> Any:
+def imaginer_of(env: gym.Env) -> Imaginer | None:
     """The env role of ``env``'s rehearsal wrapper (reached through any outer wrappers), or None."""
     return env.get_wrapper_attr("imaginer") if env.has_wrapper_attr("imaginer") else None
 
 
 def answer_requests(
-    requests: Sequence[ImagineRequest], imaginers: Sequence[Any], sampling: Any = None
+    requests: Sequence[ImagineRequest], imaginers: Sequence[Imaginer], sampling: SamplingLike | None = None
 ) -> list[EnvRoleAnswer | Exception]:
     """Each request's answer from its imaginer: one ``imagine_batch(requests, sampling)`` call per imaginer
     (requests in the order given), or ``imagine(request)`` one by one for an imaginer that cannot batch. An
@@ -130,7 +153,7 @@ class LocalEnvs:
                 self._halves[i] = half_step_route(self.envs[i]) is not None
         return [begin_step(self.envs[i], a) if self._halves[i] else None for i, a in zip(indices, actions, strict=True)]
 
-    def continue_steps(self, indices: Sequence[int], answers: Sequence[Any]) -> list[PendingStep]:
+    def continue_steps(self, indices: Sequence[int], answers: Sequence[EnvRoleAnswer | Exception]) -> list[PendingStep]:
         return [self.envs[i].unwrapped.continue_step([a]) for i, a in zip(indices, answers, strict=True)]
 
     def step(self, indices: Sequence[int], actions: Sequence[Any]) -> list[tuple]:
@@ -138,11 +161,11 @@ class LocalEnvs:
 
 
 def step_envs(
-    group: Any,
+    group: EnvGroup,
     indices: Sequence[int],
     actions: Sequence[Any],
-    imaginers: Sequence[Any],
-    sampling: Any = None,
+    imaginers: Sequence[Imaginer | None],
+    sampling: SamplingLike | None = None,
     ask: Asker | None = None,
 ) -> list[tuple]:
     """Step envs ``indices`` of ``group`` (:class:`LocalEnvs`, or the rollout loop's

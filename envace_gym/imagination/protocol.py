@@ -8,7 +8,17 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
-__all__ = ["MODES", "Mode", "BatchImaginer", "EnvRoleAnswer", "ImagineRequest", "Imaginer", "EnvRoleSample"]
+__all__ = [
+    "MODES",
+    "Mode",
+    "Answer",
+    "BatchImaginer",
+    "EnvRoleAnswer",
+    "ImagineRequest",
+    "Imaginer",
+    "EnvRoleSample",
+    "SamplingLike",
+]
 
 #: How the env role is asked: ``prompted`` (the simulator prompt) or ``inline`` (it continues the actor's
 #: own conversation with a tool message).
@@ -71,11 +81,31 @@ class EnvRoleAnswer:
         )
 
 
-class Imaginer(Protocol):
-    """Anything that answers env-role requests: ``imagine(request)`` returns an :class:`EnvRoleAnswer`, a
-    generation with the same fields (an ``LMPolicy``'s), or a plain string."""
+class GenerationLike(Protocol):
+    """A model's generation as an imaginer may return it (an ``LMPolicy``'s ``Generation``): its ``text`` and
+    the fields of :class:`EnvRoleAnswer` it has."""
 
-    def imagine(self, request: ImagineRequest) -> EnvRoleAnswer | Any: ...
+    text: str
+
+
+#: What an imaginer may answer with: an :class:`EnvRoleAnswer`, a generation, or a plain string.
+Answer = EnvRoleAnswer | GenerationLike | str
+
+
+class SamplingLike(Protocol):
+    """How the env role samples, as the loop passes it to ``imagine_batch`` (``envace_gym.agents``'
+    ``SamplingConfig`` is one)."""
+
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    seed: int | None
+
+
+class Imaginer(Protocol):
+    """Anything that answers env-role requests: ``imagine(request)`` returns an :class:`Answer`."""
+
+    def imagine(self, request: ImagineRequest) -> Answer: ...
 
 
 @runtime_checkable
@@ -84,7 +114,9 @@ class BatchImaginer(Imaginer, Protocol):
     the vector envs send each round's env-role requests as one ``imagine_batch`` call, with the env role's
     sampling passed in (None: the imaginer's own)."""
 
-    def imagine_batch(self, requests: Sequence[ImagineRequest], sampling: Any = None) -> list[Any]: ...
+    def imagine_batch(
+        self, requests: Sequence[ImagineRequest], sampling: SamplingLike | None = None
+    ) -> list[Answer]: ...
 
 
 @dataclass
