@@ -294,7 +294,7 @@ class ToolCallEnv(gym.Env[str, str]):
             assert run is not None
         elif run.action is not action and run.action != action:
             raise RuntimeError(
-                f"a step begun with {run.action!r} is in flight: end it with step() on that action "
+                f"a step begun with {clip(repr(run.action), 80)} is in flight: end it with step() on that action "
                 "(a wrapper between begin_step and step must map actions as a gym.ActionWrapper does)"
             )
         if run.waiting is not None:

@@ -1,9 +1,9 @@
 """``PrivateRehearsal``: rehearse in imagination within a budget, then act for real.
 
 EnvACE's test-time claim: a policy whose weights also hold a world model can rehearse the task privately
-(imagining the tool results itself) before it commits to real calls. :class:`PrivateRehearsal` wraps a
-policy and is itself a policy: :func:`~envace_gym.agents.rollout.collect`, ``evaluate`` and ``envace eval``
-use it like any other. Through ``collect``'s ``prepare_turns`` hook, before the committed episode's first
+(imagining the tool results itself) before it commits to real calls. :class:`PrivateRehearsal` holds a
+policy and adds hooks to it (a :class:`~envace_gym.agents.rollout.PolicyHooks`):
+:func:`~envace_gym.agents.rollout.collect`, ``evaluate`` and ``envace eval`` take it where they take a policy. Through ``collect``'s ``prepare_turns`` hook, before the committed episode's first
 turn (and, with ``each_user_turn``, before every later user turn) it
 
 1. forks each env at its current state into a :class:`~envace_gym.imagination.RehearsalFork` (the task made

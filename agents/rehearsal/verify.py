@@ -1,13 +1,14 @@
 """``VerifiedCalls``: the env role as a verifier. Before a state-changing call is sent for real, the policy's
 own env role predicts its result; a message whose call is predicted to fail is revised once.
 
-A policy wrapper (like :class:`~.private.PrivateRehearsal`), itself a policy. Through ``collect``'s
-``choose_actions`` hook, before every actor turn of the committed episode:
+Hooks on a policy it holds (a :class:`~envace_gym.agents.rollout.PolicyHooks`, like
+:class:`~.private.PrivateRehearsal`). Through ``collect``'s ``choose_actions`` hook, before every actor turn
+of the committed episode:
 
 1. the policy drafts its message as it would: one batched generation for all envs, from each env's
    conversation (``info["messages"]``, ``info["tools"]``, encoded with ``encode_prompt`` as the loop encodes
-   it) at the policy's sampling (``policy.sampling``: a ``sampling=`` given to ``collect`` does not reach the
-   hook);
+   it) at the rollout's sampling (the hook's ``TurnContext``: a ``sampling=`` given to ``collect``, else
+   ``policy.sampling``);
 2. the draft is parsed as the env parses it (``parse_calls``, at most the env's ``max_calls_per_step``
    calls). Each call that is **state-changing** (:func:`is_read_only`) and passes the deterministic checks
    (a call they reject changes nothing and the env reports it anyway) is predicted by the env role, from
