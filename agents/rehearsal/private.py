@@ -1,10 +1,10 @@
 """``PrivateRehearsal``: rehearse in imagination within a budget, then act for real.
 
-EnvACE's test-time claim: a policy whose weights also hold a world model can rehearse the task privately
-(imagining the tool results itself) before it commits to real calls. :class:`PrivateRehearsal` holds a
-policy and adds hooks to it (a :class:`~envace_gym.agents.rollout.PolicyHooks`):
-:func:`~envace_gym.agents.rollout.collect`, ``evaluate`` and ``envace eval`` take it where they take a policy. Through ``collect``'s ``prepare_turns`` hook, before the committed episode's first
-turn (and, with ``each_user_turn``, before every later user turn) it
+EnvACE's test-time claim: a policy whose weights also hold a world model can rehearse the task privately (imagining
+the tool results itself) before it commits to real calls. :class:`PrivateRehearsal` holds a policy and adds hooks to
+it (a :class:`~envace_gym.agents.rollout.PolicyHooks`): :func:`~envace_gym.agents.rollout.collect`, ``evaluate`` and
+``envace eval`` take it where they take a policy. Through ``collect``'s ``prepare_turns`` hook, before the committed
+episode's first turn (and, with ``each_user_turn``, before every later user turn) it
 
 1. forks each env at its current state into a :class:`~envace_gym.imagination.RehearsalFork` (the task made
    blind: no reference, no reward bases, no metadata but a schedule the env keeps, BFCL's ``holdout``; the
