@@ -84,7 +84,8 @@ def test_the_warm_start_table_is_the_scripts_rendering_of_the_kept_json():
 def test_the_learning_val_block_is_the_scripts_rendering_of_the_kept_json(monkeypatch):
     learning = _load("learning")
     written = {}
-    monkeypatch.setattr(sys.modules["_docs"], "write_block", lambda page, name, text: written.update({name: text}))
+    docs_helper = sys.modules.get("_docs") or _load("_docs")  # what write_docs imports, loaded once
+    monkeypatch.setattr(docs_helper, "write_block", lambda page, name, text: written.update({name: text}))
     learning.write_docs(str(ROOT / "docs" / "learning_val_2026-12-06.json"))
     assert set(written) == {"learning-val"} and written["learning-val"] == _block("learning.md", "learning-val")
     arms = json.loads((ROOT / "docs" / "learning_val_2026-12-06.json").read_text())["arms"]
@@ -98,7 +99,8 @@ def test_the_learning_val_block_is_the_scripts_rendering_of_the_kept_json(monkey
 def test_the_learning_blocks_are_the_scripts_rendering_of_the_kept_json(monkeypatch):
     learning = _load("learning")
     written = {}
-    monkeypatch.setattr(sys.modules["_docs"], "write_block", lambda page, name, text: written.update({name: text}))
+    docs_helper = sys.modules.get("_docs") or _load("_docs")  # what write_docs imports, loaded once
+    monkeypatch.setattr(docs_helper, "write_block", lambda page, name, text: written.update({name: text}))
     learning.write_docs(str(ROOT / "docs" / "learning_2026-12-06.json"))
     assert set(written) == {"learning-key", "learning-main", "learning-cost", "learning-kinds"}
     for name, text in written.items():
