@@ -514,7 +514,7 @@ class _LMActors:
         self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
         self.prepare_hook, self.choose_hook = _hook(hooks, "prepare_turns"), _hook(hooks, "choose_actions")
         self.policy_name = _policy_name(hooks if hooks is not None else lm)
-        self.conversations: dict[int, Conversation] = {}  # by env index: whom an env-role request continues
+        self.by_index: dict[int, _Slot] = {}  # env index -> its slot: whose conversation a request continues
 
     def name(self, slot: _Slot) -> str:
         return self.policy_name
@@ -528,7 +528,8 @@ class _LMActors:
         """New episodes: their notes, then their prompts start their conversations."""
         self.prepare(slots)
         for slot in slots:
-            slot.conversation = self.conversations[slot.index] = Conversation(self.lm, slot.key, slot.tools)
+            self.by_index[slot.index] = slot
+            slot.conversation = Conversation(self.lm, slot.key, slot.tools)
             slot.conversation.begin(slot.seen(slot.info["messages"]))
 
     def overflowing(self, slots: list[_Slot]) -> list[_Slot]:
@@ -566,7 +567,7 @@ class _LMActors:
 
     def ask(self, request: ImagineRequest, index: int) -> ImagineRequest:
         """An env-role request of env ``index``: its conversation is the inline context."""
-        return self.conversations[index].ask(request)
+        return _conversation(self.by_index[index]).ask(request)
 
     def observe(self, slot: _Slot, info: dict[str, Any]) -> None:
         """The step's env-role samples; inline answers continue the actor's stream."""
