@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import gymnasium as gym
 
@@ -38,9 +38,9 @@ from .tasks import Task, TaskSuite
 from .transcript import render_transcript
 
 if TYPE_CHECKING:
-    from .imagination.protocol import ImagineRequest
+    from .imagination.protocol import EnvRoleAnswer, ImagineRequest, UserRequest
 
-__all__ = ["ToolCallEnv", "PendingStep", "DEFAULT_SYSTEM_PROMPT", "clip"]
+__all__ = ["ToolCallEnv", "PendingStep", "AnswerTurn", "DEFAULT_SYSTEM_PROMPT", "clip", "play_here"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant that can call tools. To call a tool, write "
@@ -50,6 +50,27 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 EnvBackend = str | Callable[[Task], Backend]  # what ToolCallEnv(backend=...) takes
+
+#: An answer's consequence as :meth:`ToolCallEnv.answer_turn` plays it: yields each simulated-user request,
+#: is sent its answer, returns ``(observation, terminated)``.
+AnswerTurn = Generator["UserRequest", "str | Exception | None", tuple[str, bool]]
+
+
+T = TypeVar("T")
+
+
+def play_here(
+    turn: Generator[UserRequest, Any, T], answer: Callable[[UserRequest], str | Exception], sent: Any = None
+) -> T:
+    """Run a turn (:data:`AnswerTurn`, or any generator of user requests) to its end here, each request it
+    yields answered by ``answer``; returns what the turn returns (``sent``: what it is sent first; None
+    starts it)."""
+    try:
+        request = turn.send(sent)
+        while True:
+            request = turn.send(answer(request))
+    except StopIteration as end:
+        return end.value
 
 
 def clip(text: str, max_chars: int) -> str:
@@ -67,14 +88,17 @@ DEPRECATED_SAMPLES_KEY = "rehearsal"
 class PendingStep:
     """A step that :meth:`ToolCallEnv.begin_step` began and that waits for its imagined calls' answers.
 
-    ``requests`` are the env-role requests (:class:`~envace_gym.imagination.ImagineRequest`) to answer now:
-    at most one, because each call of a message is asked with the answers to the calls before it in view
-    (prompted: the conversation so far; inline: the actor's context); empty when the step can finish. Plain
-    data, so that a worker process can hand it to its parent.
+    ``requests`` are the requests to answer now: an env-role request
+    (:class:`~envace_gym.imagination.ImagineRequest`) for an imagined call, or a
+    :class:`~envace_gym.imagination.UserRequest` for a simulated user's turn where a model plays the user. At
+    most one, because each call of a message is asked with the answers to the calls before it in view
+    (prompted: the conversation so far; inline: the actor's context), and a user's turn follows the
+    answer it replies to; empty when the step can finish. Plain data, so that a worker process can hand it
+    to its parent.
     """
 
     step: int  # the episode's step it belongs to (``env.steps``)
-    requests: list[ImagineRequest] = field(default_factory=list)
+    requests: list[ImagineRequest | UserRequest] = field(default_factory=list)
 
 
 @dataclass
@@ -86,8 +110,10 @@ class _CallRun:
     shown: list[str] = field(default_factory=list)
     results: list[ToolResult] = field(default_factory=list)
     next: int = 0  # the next call to run
-    waiting: tuple[ToolCall, Any] | None = None  # (call, its ImagineRequest) while an answer is awaited
+    waiting: tuple[ToolCall | None, ImagineRequest | UserRequest] | None = None  # what awaits an answer
     action: Any = None  # the action the step began with: step(action) ends the step with the same one
+    turn: AnswerTurn | None = None  # an answer's consequence (answer_turn), while a user request waits
+    answered: tuple[str, bool] | None = None  # what the answer turn returned: (observation, terminated)
 
     @property
     def runs_calls(self) -> bool:
@@ -147,7 +173,11 @@ class ToolCallEnv(gym.Env[str, str]):
       its format errors; ``results``: what each call gave, in order); default nothing. Extend it to log
       calls. The env executes them itself (in a whole step or across a half-step's answers).
     * :meth:`on_answer` ``(content) -> (observation, terminated)``: an assistant message without calls;
-      default: the next scripted user turn, or the end of the episode. Replace it to ask a simulated user.
+      default: the next scripted user turn, or the end of the episode.
+    * :meth:`answer_turn` ``(content)``: the same as a generator that yields a
+      :class:`~envace_gym.imagination.UserRequest` wherever a model must write the user's turn and is sent
+      its answer; default: :meth:`on_answer`, with no request. Replace it to ask a simulated user (tau2),
+      and :meth:`answer_user` to answer its requests in a whole step.
     * :meth:`score` ``() -> (reward, components)``: at the end of an episode. Default: the task's reward
       bases, each scored by the function registered with :func:`envace_gym.rewards.register_reward_basis`
       (which receives the env as ``ctx.env``), multiplied; register your benchmark's basis there.
@@ -165,7 +195,8 @@ class ToolCallEnv(gym.Env[str, str]):
     **The step as two halves** (how a rollout loop batches the env role of many envs): :meth:`begin_step`
     ``(action) -> PendingStep`` parses the action, runs the checks and every call a backend answers by itself,
     and stops at the first call an imagined backend (one with ``begin_call``/``finish_call``, such as
-    :class:`~envace_gym.imagination.ImaginedBackend`) needs an answer for, returning its request;
+    :class:`~envace_gym.imagination.ImaginedBackend`) needs an answer for, or at a simulated user's turn a
+    model writes (:meth:`answer_turn`), returning its request;
     :meth:`continue_step` ``(answers)`` hands over the answers and returns the next requests; and
     ``step(action)`` with the same action, on the outermost wrapper, ends the step: every wrapper sees it as
     an ordinary step (an action wrapper maps the action again, to the text the step began with). Begin
@@ -298,7 +329,7 @@ class ToolCallEnv(gym.Env[str, str]):
                 "(a wrapper between begin_step and step must map actions as a gym.ActionWrapper does)"
             )
         if run.waiting is not None:
-            raise ValueError("the step's imagined calls wait for answers: hand them over with continue_step()")
+            raise ValueError("the step's requests wait for answers: hand them over with continue_step()")
         terminated = False
         results: list[ToolResult] = []
         try:
@@ -306,7 +337,8 @@ class ToolCallEnv(gym.Env[str, str]):
                 observation, results = run.observation, run.results
                 self.on_calls(run.calls, run.errors, results)
             else:
-                observation, terminated = self.on_answer(self.parsed.content)
+                assert run.answered is not None
+                observation, terminated = run.answered
         finally:
             self._in_flight = None
         errors = run.errors
@@ -333,16 +365,22 @@ class ToolCallEnv(gym.Env[str, str]):
         itself, and stop at the first imagined call, whose request is in ``pending.requests``."""
         return self._begin(action, defer=True)
 
-    def continue_step(self, answers: Sequence[Any]) -> PendingStep:
-        """Answer the step's requests, in order (each a generation, a string, or the exception the env role
-        raised, which the episode sees as that call's error); run on to the next imagined call."""
+    def continue_step(self, answers: Sequence[EnvRoleAnswer | str | Exception | None]) -> PendingStep:
+        """Answer the step's requests, in order; run on to the next request. An env-role request's answer is a
+        generation, a string, or the exception the env role raised (the episode sees it as that call's
+        error); a user request's is the user's message, the exception the user raised, or None (this env's
+        own user answers it, :meth:`answer_user`)."""
         run = self._in_flight
         if run is None or run.waiting is None:
             raise RuntimeError("no request waits for an answer (begin_step first)")
         if len(answers) != 1:
             raise ValueError(f"{len(answers)} answers for 1 request")
-        call, _ = run.waiting
+        call, request = run.waiting
         run.waiting = None
+        if call is None:  # a user request: the answer turn runs on
+            answer = answers[0]
+            self._play_turn(run, self.answer_user(request) if answer is None else answer, defer=True)  # type: ignore[arg-type]
+            return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
         try:
             result = self.backend.finish_call(call, answers[0])  # type: ignore[union-attr]
         except Exception as exc:  # a backend must not raise; contain one that does
@@ -460,6 +498,18 @@ class ToolCallEnv(gym.Env[str, str]):
         """One message's ``calls`` once they ran (``errors``: its format errors; ``results``: what each call
         gave, in order; after a ``fatal`` result the rest were not run). Default: nothing."""
 
+    def answer_turn(self, content: str) -> AnswerTurn:
+        """An answer's consequence, as a generator (see :data:`AnswerTurn`): it yields a
+        :class:`~envace_gym.imagination.UserRequest` wherever a model must write the user's turn, so that
+        the rollout loop can batch those turns across envs. Default: :meth:`on_answer`, with no request."""
+        yield from ()
+        return self.on_answer(content)
+
+    def answer_user(self, request: UserRequest) -> str | Exception:
+        """This env's own answer to one of its user requests (a whole step; a worker whose parent cannot
+        reach its user): the user's message, or the exception it raised. Default: none is ever asked."""
+        raise NotImplementedError(f"{type(self).__name__} asks no user requests")
+
     def on_answer(self, content: str) -> tuple[str, bool]:
         """An answer (a message without calls): the next user turn, or the end of the episode."""
         assert self.task is not None
@@ -559,7 +609,28 @@ class ToolCallEnv(gym.Env[str, str]):
         self._in_flight = run
         if run.runs_calls:
             self._advance(run, defer)
+        else:
+            run.turn = self.answer_turn(self.parsed.content)
+            self._play_turn(run, None, defer)
         return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
+
+    def _play_turn(self, run: _CallRun, answer: str | Exception | None, defer: bool) -> None:
+        """Run the answer turn on (sent ``answer``; None starts it) to its next user request (``defer``), or
+        to its end, each request answered by this env's own user (:meth:`answer_user`)."""
+        assert run.turn is not None
+        try:
+            if not defer:
+                run.answered = play_here(run.turn, self.answer_user, answer)
+            else:
+                try:
+                    run.waiting = (None, run.turn.send(answer))
+                    return
+                except StopIteration as end:
+                    run.answered = end.value
+        except BaseException:
+            self._in_flight = None  # a hook that raised ends the step, as it does in a whole step
+            raise
+        run.turn = None
 
     def _start_calls(self, calls: list[ToolCall], errors: list[CallError]) -> _CallRun:
         """Show the backend the conversation, and the agent its format ``errors`` (no call to run)."""

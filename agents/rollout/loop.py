@@ -52,8 +52,8 @@ from envace_gym.agents.lm.conversation import Conversation
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext
 from envace_gym.agents.rollout.remote import RemoteEnv, RemoteEnvs
-from envace_gym.imagination import EnvRoleSample, Imaginer, ImagineRequest
-from envace_gym.imagination.halfstep import EnvGroup, LocalEnvs, imaginer_of, step_envs
+from envace_gym.imagination import EnvRoleSample, Imaginer, ImagineRequest, ModelUser
+from envace_gym.imagination.halfstep import EnvGroup, LocalEnvs, imaginer_of, step_envs, user_of
 from envace_gym.jsonl import read_jsonl
 
 if TYPE_CHECKING:
@@ -233,6 +233,7 @@ class _Slot:
     index: int
     actor: TextPolicy | PolicyHooks | None = None  # this env's text policy; None under an LM policy
     imaginer: Imaginer | None = None  # who answers its env-role requests in the loop; None: the env itself
+    user: ModelUser | None = None  # the model user whose turns the loop asks for; None: the env asks its own
     episode: int = -1
     obs: Any = None
     info: dict[str, Any] = field(default_factory=dict)
@@ -317,6 +318,12 @@ def _imaginer(env: gym.Env | RemoteEnv, group: EnvGroup, index: int, lm: LMPolic
     if isinstance(group, RemoteEnvs):
         return lm if lm is not None and group.imaginer_names[index] == lm.name else None
     return imaginer_of(env)
+
+
+def _user(env: gym.Env | RemoteEnv) -> ModelUser | None:
+    """The model user whose turns the loop asks for (one engine call per model and round); None where the
+    env has none, or a worker's user answers in its own process."""
+    return None if isinstance(env, RemoteEnv) else user_of(env)
 
 
 def _with_note(slot: _Slot) -> dict[str, Any]:
@@ -427,7 +434,9 @@ def collect(
     actors = [None] * len(env_list) if lm is not None else _text_policies(policy, len(env_list))
     run = next(_RUNS)
     slots = [
-        _Slot(env, i, actor, _imaginer(env, group, i, lm), run=run)
+        _Slot(
+            env, i, actor, _imaginer(env, group, i, lm), None if isinstance(env, RemoteEnv) else user_of(env), run=run
+        )
         for i, (env, actor) in enumerate(zip(env_list, actors, strict=True))
     ]
     if lm is not None:
@@ -453,7 +462,7 @@ def _play(
     """The loop: ``side`` acts for every active env (an LM policy: one engine call), the envs step (their
     env-role requests answered in one call per imaginer and round), each outcome is recorded; an env whose
     episode ended starts the next one in its place in the batch."""
-    imaginers = [s.imaginer for s in slots]
+    imaginers, users = [s.imaginer for s in slots], [s.user for s in slots]
     active = [s for s in slots if book.start(s)]
     side.begin(active)
     while active:
@@ -461,7 +470,7 @@ def _play(
         if not active:
             break
         actions = side.act(active)
-        outcomes = step_envs(group, [s.index for s in active], actions, imaginers, env_role, side.ask)
+        outcomes = step_envs(group, [s.index for s in active], actions, imaginers, env_role, side.ask, users)
         still, fresh, turned = [], [], []
         for slot, outcome in zip(active, outcomes, strict=True):
             side.observe(slot, outcome[4])

@@ -24,7 +24,7 @@ context, so an engine that keeps the actor's KV cache computes only the result's
 
 from .backend import ActorContext, ImaginedBackend
 from .fork import DetachedBackend, RehearsalFork
-from .halfstep import answer_requests, step_envs
+from .halfstep import answer_requests, answer_user_requests, step_envs, user_of
 from .prompt import (
     GROUNDINGS,
     SIMULATOR_SYSTEM_PROMPT,
@@ -33,7 +33,17 @@ from .prompt import (
     parse_execution_result,
     parse_inline_result,
 )
-from .protocol import MODES, BatchImaginer, EnvRoleAnswer, EnvRoleSample, Imaginer, ImagineRequest, Mode
+from .protocol import (
+    MODES,
+    BatchImaginer,
+    EnvRoleAnswer,
+    EnvRoleSample,
+    Imaginer,
+    ImagineRequest,
+    Mode,
+    ModelUser,
+    UserRequest,
+)
 from .user import ImaginedUser
 from .wrapper import ON_INVALID, RealResultImaginer, SelfRehearsalEnv
 
@@ -54,8 +64,12 @@ __all__ = [
     "RehearsalFork",
     "DetachedBackend",
     "ImaginedUser",
+    "ModelUser",
+    "UserRequest",
     "step_envs",
     "answer_requests",
+    "answer_user_requests",
+    "user_of",
     "SIMULATOR_SYSTEM_PROMPT",
     "build_simulator_prompt",
     "parse_execution_result",

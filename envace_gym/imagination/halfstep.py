@@ -6,8 +6,10 @@ Each env's step runs in two halves (:func:`begin_step` through the wrappers to `
 :func:`step_envs` begins every env's step, sends all the env-role requests that wait (at most one per env) to their
 imaginer as one ``imagine_batch`` call, hands each env its answer, and repeats while any env waits (a message with
 several imagined calls needs one round per call: each call is asked with the answers before it in view), then
-finishes every step. No thread, no callback into the policy from inside ``env.step``: the loop that holds the
-actor's token stream drives the env role, with its sampling passed in.
+finishes every step. A simulated user played by a model (tau2's LM user, a rehearsal's imagined user) is asked
+the same way: its turn is a :class:`~.protocol.UserRequest`, a round's user turns one call per model. No
+thread, no callback into the policy from inside ``env.step``: the loop that holds the actor's token stream
+drives the env role, with its sampling passed in, and the users' models.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 
-from .protocol import BatchImaginer, EnvRoleAnswer, Imaginer, ImagineRequest, SamplingLike
+from .protocol import BatchImaginer, EnvRoleAnswer, Imaginer, ImagineRequest, ModelUser, SamplingLike, UserRequest
 
 if TYPE_CHECKING:
     from ..env import PendingStep
@@ -29,10 +31,12 @@ __all__ = [
     "HalfStepEnv",
     "LocalEnvs",
     "answer_requests",
+    "answer_user_requests",
     "begin_step",
     "half_step_route",
     "imaginer_of",
     "step_envs",
+    "user_of",
     "with_context",
 ]
 
@@ -46,7 +50,7 @@ class HalfStepEnv(Protocol):
 
     def begin_step(self, action: str) -> PendingStep: ...
 
-    def continue_step(self, answers: Sequence[EnvRoleAnswer | str | Exception]) -> PendingStep: ...
+    def continue_step(self, answers: Sequence[EnvRoleAnswer | str | Exception | None]) -> PendingStep: ...
 
 
 class EnvGroup(Protocol):
@@ -56,7 +60,7 @@ class EnvGroup(Protocol):
     def begin_steps(self, indices: Sequence[int], actions: Sequence[Any]) -> list[PendingStep | None]: ...
 
     def continue_steps(
-        self, indices: Sequence[int], answers: Sequence[EnvRoleAnswer | Exception]
+        self, indices: Sequence[int], answers: Sequence[EnvRoleAnswer | str | Exception | None]
     ) -> list[PendingStep]: ...
 
     def step(self, indices: Sequence[int], actions: Sequence[Any]) -> list[tuple]: ...
@@ -99,8 +103,40 @@ def imaginer_of(env: gym.Env) -> Imaginer | None:
     return env.get_wrapper_attr("imaginer") if env.has_wrapper_attr("imaginer") else None
 
 
+def user_of(env: gym.Env) -> ModelUser | None:
+    """``env``'s simulated user where a model plays it (its turns can be batched by the loop), else None."""
+    user = getattr(env.unwrapped, "user", None)
+    return user if isinstance(user, ModelUser) else None
+
+
+def answer_user_requests(
+    requests: Sequence[UserRequest], users: Sequence[ModelUser | None]
+) -> list[str | Exception | None]:
+    """Each user request's message from its user's model: one ``act_batch`` call per model (``act`` one by
+    one for a model without it); a user's failure is its answer (the env ends the episode with a user
+    error); None where no user is given (the env's own user answers)."""
+    answers: list[str | Exception | None] = [None] * len(requests)
+    groups: dict[int, list[int]] = {}
+    for i, user in enumerate(users):
+        if user is not None:
+            groups.setdefault(id(user.model), []).append(i)
+    for members in groups.values():
+        model = users[members[0]].model  # type: ignore[union-attr]
+        asked = [users[i].conversation(requests[i]) for i in members]  # type: ignore[union-attr]
+        try:
+            if callable(getattr(model, "act_batch", None)):
+                gens: list[Any] = model.act_batch(asked)
+            else:
+                gens = [model.act(messages, tools) for messages, tools in asked]
+        except Exception as exc:  # every user of the batch sees the failure
+            gens = [exc] * len(members)
+        for i, gen in zip(members, gens, strict=True):
+            answers[i] = gen if isinstance(gen, Exception) else users[i].read(gen)  # type: ignore[union-attr]
+    return answers
+
+
 def answer_requests(
-    requests: Sequence[ImagineRequest], imaginers: Sequence[Imaginer], sampling: SamplingLike | None = None
+    requests: Sequence[ImagineRequest], imaginers: Sequence[Imaginer | None], sampling: SamplingLike | None = None
 ) -> list[EnvRoleAnswer | Exception]:
     """Each request's answer from its imaginer: one ``imagine_batch(requests, sampling)`` call per imaginer
     (requests in the order given), or ``imagine(request)`` one by one for an imaginer that cannot batch. An
@@ -113,6 +149,10 @@ def answer_requests(
     for members in groups.values():
         imaginer = imaginers[members[0]]
         asked = [requests[i] for i in members]
+        if imaginer is None:  # an env stepped in halves for its user, whose calls nobody here imagines
+            for i in members:
+                answers[i] = RuntimeError("no env role answers this env's imagined calls")
+            continue
         if not isinstance(imaginer, BatchImaginer):
             for i, request in zip(members, asked, strict=True):
                 try:
@@ -153,7 +193,9 @@ class LocalEnvs:
                 self._halves[i] = half_step_route(self.envs[i]) is not None
         return [begin_step(self.envs[i], a) if self._halves[i] else None for i, a in zip(indices, actions, strict=True)]
 
-    def continue_steps(self, indices: Sequence[int], answers: Sequence[EnvRoleAnswer | Exception]) -> list[PendingStep]:
+    def continue_steps(
+        self, indices: Sequence[int], answers: Sequence[EnvRoleAnswer | str | Exception | None]
+    ) -> list[PendingStep]:
         return [self.envs[i].unwrapped.continue_step([a]) for i, a in zip(indices, answers, strict=True)]
 
     def step(self, indices: Sequence[int], actions: Sequence[Any]) -> list[tuple]:
@@ -167,24 +209,33 @@ def step_envs(
     imaginers: Sequence[Imaginer | None],
     sampling: SamplingLike | None = None,
     ask: Asker | None = None,
+    users: Sequence[ModelUser | None] | None = None,
 ) -> list[tuple]:
     """Step envs ``indices`` of ``group`` (:class:`LocalEnvs`, or the rollout loop's
     ``RemoteEnvs`` for envs in worker processes) with
     ``actions``; results in order. Env ``i``'s env-role requests are answered by ``imaginers[i]``, those of a
-    round in one call per imaginer (``sampling``: the env role's, None for each imaginer's own); an env whose
-    imaginer is None steps whole (its own env role, if any, answers inside ``env.step``). ``ask`` completes
-    each request first (see :data:`Asker`)."""
-    halves = [(i, a) for i, a in zip(indices, actions, strict=True) if imaginers[i] is not None]
+    round in one call per imaginer (``sampling``: the env role's, None for each imaginer's own); its user
+    turns by ``users[i]`` (:func:`user_of`), those of a round in one call per user model. An env with neither
+    steps whole (its own env role and user, if any, answer inside ``env.step``). ``ask`` completes each
+    env-role request first (see :data:`Asker`)."""
+    people = list(users) if users is not None else [None] * len(imaginers)
+    halves = [
+        (i, a) for i, a in zip(indices, actions, strict=True) if imaginers[i] is not None or people[i] is not None
+    ]
     pending: dict[int, PendingStep | None] = dict.fromkeys(indices)
     if halves:
         begun = group.begin_steps([i for i, _ in halves], [a for _, a in halves])
         pending.update(zip([i for i, _ in halves], begun, strict=True))
     while waiting := [i for i in indices if (p := pending[i]) is not None and p.requests]:
-        requests = [pending[i].requests[0] for i in waiting]  # type: ignore[union-attr]
-        if ask is not None:
-            requests = [ask(r, i) for r, i in zip(requests, waiting, strict=True)]
-        answers = answer_requests(requests, [imaginers[i] for i in waiting], sampling)
-        pending.update(zip(waiting, group.continue_steps(waiting, answers), strict=True))
+        requests = {i: pending[i].requests[0] for i in waiting}  # type: ignore[union-attr]
+        answers: dict[int, EnvRoleAnswer | str | Exception | None] = {}
+        turns = [i for i in waiting if isinstance(requests[i], UserRequest)]
+        said = answer_user_requests([requests[i] for i in turns], [people[i] for i in turns])
+        answers.update(zip(turns, said, strict=True))
+        calls = [i for i in waiting if i not in answers]
+        asked = [requests[i] if ask is None else ask(requests[i], i) for i in calls]
+        answers.update(zip(calls, answer_requests(asked, [imaginers[i] for i in calls], sampling), strict=True))
+        pending.update(zip(waiting, group.continue_steps(waiting, [answers[i] for i in waiting]), strict=True))
     return group.step(list(indices), list(actions))  # ends each begun step through its wrappers
 
 

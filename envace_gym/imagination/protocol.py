@@ -16,6 +16,8 @@ __all__ = [
     "EnvRoleAnswer",
     "ImagineRequest",
     "Imaginer",
+    "ModelUser",
+    "UserRequest",
     "EnvRoleSample",
     "SamplingLike",
 ]
@@ -46,6 +48,33 @@ class ImagineRequest:
     tools: list[dict[str, Any]] = field(default_factory=list)
     context_ids: list[int] | None = None
     context_text: str | None = None
+
+
+@dataclass
+class UserRequest:
+    """A request for a simulated user's next message, where a model plays the user (tau2's LM user, or the
+    :class:`~envace_gym.imagination.ImaginedUser` of a private rehearsal): ``messages`` is the conversation
+    from the user's side and ``tools`` the user's own tool schemas (telecom's device tools; else empty). The
+    answer is the message text, the exception the user raised, or None: the env's own user answers (in
+    the env's process; what a worker env does when its parent cannot reach its user)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+
+@runtime_checkable
+class ModelUser(Protocol):
+    """A user whose turns a ``model`` writes, which the rollout loop batches: the conversation the model
+    continues for a request, and the message its generation makes. ``reply`` is the same, one at a time
+    (the users protocol of ``envs/tau2/users.py``)."""
+
+    model: Any  # anything with act(messages, tools); act_batch([(messages, tools), ...]) to batch
+
+    def conversation(self, request: UserRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
+
+    def read(self, generation: Any) -> str: ...
+
+    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str: ...
 
 
 @dataclass

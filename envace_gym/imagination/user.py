@@ -4,7 +4,8 @@ In a benchmark whose user is simulated from a scenario the agent never sees (tau
 that simulator: it reads the scenario, which is test-time knowledge the agent does not have. The fork gives
 the user's turns to an :class:`ImaginedUser` instead: the rehearsing policy (or any model with
 ``act(messages, tools)``) writes the user's next message from the prompt the env builds out of the
-conversation the agent saw. It has one job: generate that message and count the tokens it cost.
+conversation the agent saw. It has one job: generate that message and count the tokens it cost. The rollout
+loop batches its turns across rehearsals (a :class:`~.protocol.ModelUser`: one engine call per round).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..calls import parse_calls
+from .protocol import UserRequest
 
 __all__ = ["ImaginedUser"]
 
 
 class ImaginedUser:
     """A user whose turns ``model`` imagines (the users protocol of ``envs/tau2/users.py``:
-    ``reply(messages, tools) -> str``).
+    ``reply(messages, tools) -> str``; and :class:`~.protocol.ModelUser`, so the loop batches its turns).
 
     Args:
         model: anything with ``act(messages, tools)`` returning a generation (``.text``, ``.token_ids``) or a
@@ -43,9 +45,16 @@ class ImaginedUser:
     def __deepcopy__(self, memo: dict[int, Any]) -> ImaginedUser:  # a forked env shares the model and the count
         return self
 
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        gen = self.model.act(list(messages), [])
-        self._tokens[0] += len(getattr(gen, "token_ids", None) or [])
-        text = str(getattr(gen, "text", gen))
+    def conversation(self, request: UserRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """What the model continues: the request's messages, and no tools (the imagined user has none)."""
+        return list(request.messages), []
+
+    def read(self, generation: Any) -> str:
+        """The user's message in ``generation`` (its tokens counted), tool-call blocks dropped."""
+        self._tokens[0] += len(getattr(generation, "token_ids", None) or [])
+        text = str(getattr(generation, "text", generation))
         parsed = parse_calls(text)
         return parsed.content if parsed.calls or parsed.errors else text
+
+    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        return self.read(self.model.act(*self.conversation(UserRequest(messages, tools))))

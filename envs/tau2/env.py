@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from envace_gym.backends import LEDGER
@@ -25,7 +25,8 @@ from envace_gym.calls import (
     tool_calls_to_openai,
     tool_names_of,
 )
-from envace_gym.env import ToolCallEnv
+from envace_gym.env import AnswerTurn, ToolCallEnv, play_here
+from envace_gym.imagination.protocol import ModelUser, UserRequest
 from envace_gym.tasks import Task, TaskSuite
 
 from . import _runtime
@@ -152,7 +153,7 @@ class Tau2Env(ToolCallEnv):
         ]
         if hasattr(self.user, "reset"):
             self.user.reset(task)
-        opening, ending = self._user_reply()
+        opening, ending = play_here(self._user_turn(), self.answer_user)  # the opening: one per episode
         if ending is not None or not opening:
             # A user that stops (or fails) before saying anything: the scenario's own opening stands in.
             if ending == "user_stop":
@@ -220,10 +221,12 @@ class Tau2Env(ToolCallEnv):
             raw = (result_content(result.content) if result.ok else result.error.message, not result.ok)
         return LoggedCall(result.call.id or "", result.call.name, result.call.arguments, requestor, raw[0], raw[1])
 
-    def on_answer(self, content: str) -> tuple[str, bool]:
+    def answer_turn(self, content: str) -> AnswerTurn:
+        """The agent's message goes to the user; the user's reply is the observation. A model user's turns
+        are requests the rollout loop answers (batched across envs), a scripted user's are played here."""
         self.log.messages.append(LoggedMessage("assistant", content))
         self._user_view.append({"role": "user", "content": content})
-        text, ending = self._user_reply()
+        text, ending = yield from self._user_turn()
         self.user_turn += 1
         if text:
             self.messages.append({"role": "user", "content": text})
@@ -254,14 +257,24 @@ class Tau2Env(ToolCallEnv):
         return result
 
     # ------------------------------------------------------------------ user side
-    def _user_reply(self) -> tuple[str, str | None]:
+    def answer_user(self, request: UserRequest) -> str | Exception:
+        """The user's reply to ``request`` from this env's own user; a crash is the answer."""
+        try:
+            return self.user.reply(list(request.messages), list(request.tools))
+        except Exception as exc:  # a crashing user ends the episode like tau2's USER_ERROR
+            return exc
+
+    def _user_turn(self) -> Generator[UserRequest, str | Exception | None, tuple[str, str | None]]:
         """The user's next message to the agent, after any tool calls of its own; and how the episode
-        ends with it (``"user_stop"``, ``"user_error"``) or ``None``."""
+        ends with it (``"user_stop"``, ``"user_error"``) or ``None``. Each of a model user's replies is a
+        request (yielded); any other user replies here."""
         for _ in range(self.max_user_tool_rounds + 1):
-            try:
-                raw = self.user.reply(list(self._user_view), list(self.user_tools))
-            except Exception as exc:  # a crashing user ends the episode like tau2's USER_ERROR
-                self._result_info["user_error"] = f"{type(exc).__name__}: {exc}"
+            request = UserRequest(list(self._user_view), list(self.user_tools))
+            raw = (yield request) if isinstance(self.user, ModelUser) else self.answer_user(request)
+            if raw is None:  # the caller left the request to this env's own user
+                raw = self.answer_user(request)
+            if isinstance(raw, Exception):
+                self._result_info["user_error"] = f"{type(raw).__name__}: {raw}"
                 return "", "user_error"
             text = raw if isinstance(raw, str) else str(getattr(raw, "text", raw))
             parsed = parse_calls(text, tool_names_of(self.user_tools))  # the user's own tools (telecom)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from envace_gym.calls import ToolCall, format_calls
+from envace_gym.imagination.protocol import UserRequest
 from envace_gym.tasks import Task
 
 __all__ = [
@@ -125,17 +126,28 @@ class ScriptedUser:
 
 class LMUser:
     """A language-model user: ``policy.act(messages, tools)`` plays the customer (any object with that
-    method and a ``.text`` result, e.g. :class:`envace_gym.agents.LMPolicy`)."""
+    method and a ``.text`` result, e.g. :class:`envace_gym.agents.LMPolicy`). A
+    :class:`~envace_gym.imagination.ModelUser`: the rollout loop batches its turns across envs (one
+    ``act_batch`` call per round where the model has one)."""
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy
 
+    @property
+    def model(self) -> Any:
+        return self.policy
+
     def __deepcopy__(self, memo: dict[int, Any]) -> LMUser:  # a forked env shares the model
         return LMUser(self.policy)
 
+    def conversation(self, request: UserRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return list(request.messages), list(request.tools)
+
+    def read(self, generation: Any) -> str:
+        return getattr(generation, "text", generation)
+
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        gen = self.policy.act(messages, tools)
-        return getattr(gen, "text", gen)
+        return self.read(self.policy.act(*self.conversation(UserRequest(messages, tools))))
 
 
 def make_user(spec: Any) -> Any:
