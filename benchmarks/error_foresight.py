@@ -16,7 +16,7 @@ were no result at all. Nothing here is trained.
 
     python benchmarks/error_foresight.py --policy warm=ckpt:runs/learning-22/warm \\
         --policy envace-log=ckpt:runs/learning-22/envace-log-seed0/ckpt-40 --out runs/error-foresight
-    python benchmarks/error_foresight.py --write-docs docs/error_foresight_2026-12-05.json   # the docs' table
+    python benchmarks/error_foresight.py --write-docs docs/results/error_foresight_2026-12-05.json   # the docs' table
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.write_docs:
         results = json.loads(Path(args.write_docs).read_text())
-        kept = {**results, "path": f"docs/{Path(args.write_docs).name}"}
+        kept = {**results, "path": f"docs/results/{Path(args.write_docs).name}"}
         write_block("rehearsal.md", "error-foresight-table", table(kept))
         return
     if not args.policy:

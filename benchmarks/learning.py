@@ -234,7 +234,8 @@ def arm_config(name: str, args, seed: int) -> EnvACEConfig:
         # A checkpoint every few steps (only the newest kept): an arm cut short goes on under --resume.
         save_every=min(SAVE_EVERY, args.steps),
         keep_last=1,
-        log_trajectories_every=0,
+        # Training transcripts (OUT/<arm>-seed<k>/trajectories/step-N.jsonl), to read what an arm learned from.
+        log_trajectories_every=args.log_trajectories_every,
         sim_to_real=name in IMAGINED,  # a diagnostic: its calls are counted apart and never trained on
         **ARMS[name],
     )
@@ -510,6 +511,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true", help="keep finished (arm, seed) runs of --out")
     parser.add_argument("--report-only", action="store_true", help="train nothing: tabulate the finished runs of --out")
     parser.add_argument(
+        "--log-trajectories-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep every Nth training step's episodes (imagined ones with the env role's answers) as JSONL; 0: none",
+    )
+    parser.add_argument(
         "--write-docs",
         metavar="RESULTS.json",
         help="train nothing: rewrite docs/learning.md's tables from a results file",
@@ -532,6 +540,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _child_argv(args, name: str, seed: int, start: str) -> list[str]:
     argv = [sys.executable, __file__, "--arms", name, "--seeds", str(seed), "--resume", "--jobs", "1"]
     argv += ["--out", args.out, "--device", args.device, "--policy", args.policy]
+    argv += ["--log-trajectories-every", str(args.log_trajectories_every)]
     for key in DEFAULT:
         if key not in ("arms", "seeds", "warm"):
             argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]

@@ -221,7 +221,7 @@ def write_docs(path: str, block: str = "rehearsal-table") -> str:
     split = s.get("split", "test")
     episodes = "held-out test episodes" if split == "test" else f"{split}-split episodes"
     caption = (
-        f"Raw results: `docs/{Path(path).name}` ({episodes} of {s['suite']}, tasks from seed "
+        f"Raw results: `docs/results/{Path(path).name}` ({episodes} of {s['suite']}, tasks from seed "
         f"{s['seed']}, rehearsal seeds {s.get('rehearsal_seeds', s['seed'])}; "
         f"{report['minutes']} min on {report.get('machine', 'CPU')})."
     )

@@ -477,13 +477,13 @@ def main() -> None:
         nargs=2,
         metavar=("BEFORE.json", "AFTER.json"),
         help="measure nothing: rewrite docs/benchmarks.md's before/after table from two result files "
-        "(e.g. docs/throughput_before_2026-12-05.json docs/throughput_after_2026-12-05.json)",
+        "(e.g. docs/results/throughput_before_2026-12-05.json docs/results/throughput_after_2026-12-05.json)",
     )
     parser.add_argument(
         "--write-repeats-docs",
         metavar="REPEATS.json",
         help="measure nothing: rewrite docs/benchmarks.md's table of repeated runs before and after a change from "
-        'one file {"before": [result, ...], "after": [...]} (e.g. docs/throughput_engine_2026-12-05.json)',
+        'one file {"before": [result, ...], "after": [...]} (e.g. docs/results/throughput_engine_2026-12-05.json)',
     )
     args = parser.parse_args()
     if args.write_docs:

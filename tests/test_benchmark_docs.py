@@ -61,14 +61,15 @@ def test_write_block_without_its_markers_is_a_clear_error_and_writes_nothing(tmp
 def test_the_throughput_table_is_the_scripts_rendering_of_the_kept_json():
     rollout = _load("rollout_throughput")
     before, after = (
-        json.loads((ROOT / "docs" / f"throughput_{w}_2026-12-05.json").read_text()) for w in ("before", "after")
+        json.loads((ROOT / "docs" / "results" / f"throughput_{w}_2026-12-05.json").read_text())
+        for w in ("before", "after")
     )
     assert rollout.before_after_table(before, after) == _block("benchmarks.md", "throughput-before-after")
 
 
 def test_the_repeated_throughput_table_is_the_scripts_rendering_of_the_kept_json():
     rollout = _load("rollout_throughput")
-    repeats = json.loads((ROOT / "docs" / "throughput_engine_2026-12-05.json").read_text())
+    repeats = json.loads((ROOT / "docs" / "results" / "throughput_engine_2026-12-05.json").read_text())
     table = rollout.repeats_table(repeats)
     assert table == _block("benchmarks.md", "throughput-repeats")
     assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| 1", "| 4", "| 16"]
@@ -76,7 +77,7 @@ def test_the_repeated_throughput_table_is_the_scripts_rendering_of_the_kept_json
 
 def test_the_warm_start_table_is_the_scripts_rendering_of_the_kept_json():
     warm_start = _load("warm_start")
-    rows = json.loads((ROOT / "docs" / "warm_start_2026-12-06.json").read_text())["rows"]
+    rows = json.loads((ROOT / "docs" / "results" / "warm_start_2026-12-06.json").read_text())["rows"]
     assert warm_start.table(rows) == _block("learning.md", "warm-start")
     assert [r["scale"] for r in rows] == sorted((r["scale"] for r in rows), reverse=True)
 
@@ -86,9 +87,9 @@ def test_the_learning_val_block_is_the_scripts_rendering_of_the_kept_json(monkey
     written = {}
     docs_helper = sys.modules.get("_docs") or _load("_docs")  # what write_docs imports, loaded once
     monkeypatch.setattr(docs_helper, "write_block", lambda page, name, text: written.update({name: text}))
-    learning.write_docs(str(ROOT / "docs" / "learning_val_2026-12-06.json"))
+    learning.write_docs(str(ROOT / "docs" / "results" / "learning_val_2026-12-06.json"))
     assert set(written) == {"learning-val"} and written["learning-val"] == _block("learning.md", "learning-val")
-    arms = json.loads((ROOT / "docs" / "learning_val_2026-12-06.json").read_text())["arms"]
+    arms = json.loads((ROOT / "docs" / "results" / "learning_val_2026-12-06.json").read_text())["arms"]
     chosen = arms["grpo-real, lr 1e-4 (chosen)"]
     # the paired figure is recomputable from the outcomes kept
     start, after = arms["untrained"]["val"]["outcomes"]["0"], chosen["val"]["outcomes"]["0"]
@@ -101,13 +102,15 @@ def test_the_learning_blocks_are_the_scripts_rendering_of_the_kept_json(monkeypa
     written = {}
     docs_helper = sys.modules.get("_docs") or _load("_docs")  # what write_docs imports, loaded once
     monkeypatch.setattr(docs_helper, "write_block", lambda page, name, text: written.update({name: text}))
-    learning.write_docs(str(ROOT / "docs" / "learning_2026-12-06.json"))
+    learning.write_docs(str(ROOT / "docs" / "results" / "learning_2026-12-06.json"))
     assert set(written) == {"learning-key", "learning-main", "learning-cost", "learning-kinds"}
     for name, text in written.items():
         assert text == _block("learning.md", name), name
     # the kept per-run files are what the aggregate was made from: same outcomes, task by task
-    arms = json.loads((ROOT / "docs" / "learning_2026-12-06.json").read_text())["arms"]
-    run = json.loads((ROOT / "docs" / "learning_runs_2026-12-06" / "envace-ref-seed0" / "result.json").read_text())
+    arms = json.loads((ROOT / "docs" / "results" / "learning_2026-12-06.json").read_text())["arms"]
+    run = json.loads(
+        (ROOT / "docs" / "results" / "learning_runs_2026-12-06" / "envace-ref-seed0" / "result.json").read_text()
+    )
     assert run["evals"]["test-id"]["outcomes"] == arms["envace-ref"]["test-id"]["outcomes"]["0"]
     assert arms["envace-ref"]["live_calls"] == 0 < arms["envace-ref"]["logged_results"]
 
@@ -169,7 +172,7 @@ def test_the_rehearsal_tables_are_the_scripts_rendering_of_the_kept_json(monkeyp
     bench = _load("rehearsal_budget")
     written = {}
     monkeypatch.setattr(bench, "write_block", lambda page, name, text: written.update({name: text}))
-    text = bench.write_docs(str(ROOT / "docs" / results), block)
+    text = bench.write_docs(str(ROOT / "docs" / "results" / results), block)
     assert text == written[block] == _block("rehearsal.md", block)
 
 
@@ -177,7 +180,7 @@ def test_the_error_foresight_table_is_the_scripts_rendering_of_the_kept_json(mon
     bench = _load("error_foresight")
     written = {}
     monkeypatch.setattr(bench, "write_block", lambda page, name, text: written.update({name: text}))
-    path = ROOT / "docs" / "error_foresight_2026-12-05.json"
+    path = ROOT / "docs" / "results" / "error_foresight_2026-12-05.json"
     monkeypatch.setattr(sys, "argv", ["error_foresight.py", "--write-docs", str(path)])
     bench.main()
     assert written["error-foresight-table"].rstrip("\n") == _block("rehearsal.md", "error-foresight-table")
