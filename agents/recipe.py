@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envace_gym.agents.lm.policy import LMPolicy
+from envace_gym.agents.quiet import library_bars_off, peft_notes_off
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
 
@@ -89,7 +90,8 @@ def load_warm_adapter(policy: LMPolicy, path: str | Path = WARM_ADAPTER, scale: 
         raise RuntimeError("the warm-start adapter needs the peft package: .venv/bin/pip install peft") from None
     from peft.tuners.lora import LoraLayer
 
-    model = PeftModel.from_pretrained(policy.model, str(path))
+    with peft_notes_off(), library_bars_off():
+        model = PeftModel.from_pretrained(policy.model, str(path))
     for module in model.modules():
         if isinstance(module, LoraLayer):
             module.scale_layer(scale)

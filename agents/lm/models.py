@@ -19,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..quiet import library_bars_off
+
 __all__ = [
     "ModelLoadError",
     "cache_root",
@@ -88,7 +90,8 @@ def ensure_default_model(progress: bool = True) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_NAME}-", dir=target.parent))
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        with library_bars_off():
+            model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / _MARKER).write_text(json.dumps(_source_fingerprint(gguf)))
         # Move the stale copy aside before the rename (atomic on one file system): a crash never leaves a
@@ -113,8 +116,9 @@ def _load_transformers(path: str, **kwargs: Any):
         raise ModelLoadError(f"transformers is not installed ({exc}); run: make setup") from None
     hf_logging.set_verbosity_error()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype="float32", **kwargs)
+        with library_bars_off():  # "Loading weights": our callers show their own progress
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype="float32", **kwargs)
     except OSError as exc:
         raise ModelLoadError(f"cannot load a model from {path}: {str(exc).splitlines()[0]}") from None
     return model, tokenizer

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from envace_gym.agents.quiet import library_bars_off
 from envace_gym.imagination import ImagineRequest
 
 from .chat import ChatFormat
@@ -124,7 +125,8 @@ class LMPolicy:
         """Write a safetensors checkpoint that loads back with ``LMPolicy.from_spec("ckpt:DIR")``."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(out, safe_serialization=True)
+        with library_bars_off():
+            self.model.save_pretrained(out, safe_serialization=True)
         self.tokenizer.save_pretrained(out)
         return out
 

@@ -29,6 +29,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from envace_gym.agents.quiet import library_bars_off
+
 __all__ = ["CKPT_PREFIX", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint"]
 
 CKPT_PREFIX = "ckpt-"
@@ -272,7 +274,8 @@ def save_checkpoint(
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        with library_bars_off():  # "Writing model shards": the trainer shows its own progress
+            model.save_pretrained(tmp, safe_serialization=True)
         if adapter is not None:
             save_file({k: v.detach().contiguous().cpu() for k, v in adapter.items()}, str(tmp / ADAPTER_TENSORS))
         if tokenizer is not None:

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.chat import GENERATED_ROLES, encode_conversation
 from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
+from envace_gym.agents.quiet import library_bars_off, peft_notes_off
 from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.compose import rehearse
 from envace_gym.imagination import EnvRoleAnswer, ImagineRequest, RealResultImaginer
@@ -238,7 +239,8 @@ def _apply_lora(policy: LMPolicy, cfg: SFTConfig) -> Any:
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
         lora_dropout=0.0,
     )
-    return get_peft_model(policy.model, lora)
+    with peft_notes_off():
+        return get_peft_model(policy.model, lora)
 
 
 def train_sft(
@@ -347,7 +349,8 @@ def train_sft(
             metrics_fh.close()
     if cfg.lora:
         if adapter_dir is not None and main:
-            model.save_pretrained(str(adapter_dir), safe_serialization=True)
+            with library_bars_off():
+                model.save_pretrained(str(adapter_dir), safe_serialization=True)
         policy.model = model.merge_and_unload()  # a plain model again: the checkpoint loads without peft
     policy.model.eval()
     policy.engine.model = policy.model

@@ -12,10 +12,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import logging
 import os
 import sys
-import warnings
 from argparse import SUPPRESS, ArgumentParser, Namespace, _StoreFalseAction
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -58,10 +56,6 @@ __all__ = [
 LM_POLICIES = ("default", "tiny")
 LM_POLICY_KINDS = ("ckpt", "hf", "gguf")
 LM_POLICY_USAGE = "default | tiny | ckpt:DIR | hf:PATH | gguf:PATH"
-#: Where the ``warnings`` that ``--quiet`` hides come from (a regex on the warning's module): the model
-#: libraries' deprecation and usage notes (``is_gradient_checkpointing is deprecated`` under ``--lora``),
-#: which a user of the CLI cannot act on. Our own warnings (a torn last line in a log) still print.
-NOISY_MODULES = r"(transformers|peft|accelerate|huggingface_hub|torch)(\.|$)"
 
 
 class UserError(Exception):
@@ -209,30 +203,11 @@ class RunArgs:
     @contextmanager
     def output(self) -> Iterator[None]:
         """While a command runs: the libraries' progress bars off unless :attr:`progress`; under ``--quiet``
-        also their warnings (the ``warnings`` of :data:`NOISY_MODULES`) and every log record below ERROR.
-        Everything is put back afterwards (the CLI also runs in-process, in tests)."""
-        import huggingface_hub.utils as hub
-        from transformers.utils import logging as hf_logging
+        also their warnings and every log record below ERROR (:func:`~envace_gym.agents.quiet.library_output`)."""
+        from envace_gym.agents.quiet import library_output
 
-        bars, hub_bars_off = hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
-        verbosity, disabled = hf_logging.get_verbosity(), logging.root.manager.disable
-        with warnings.catch_warnings():
-            if not self.progress:
-                hf_logging.disable_progress_bar()  # transformers' bars ("Loading weights") and huggingface_hub's
-            if self.quiet:
-                hf_logging.set_verbosity_error()
-                logging.disable(logging.WARNING)  # errors still print
-                warnings.filterwarnings("ignore", module=NOISY_MODULES)
-            try:
-                yield
-            finally:
-                if bars and not hf_logging.is_progress_bar_enabled():
-                    hf_logging.enable_progress_bar()
-                if hub_bars_off and not hub.are_progress_bars_disabled():
-                    hub.disable_progress_bars()
-                if self.quiet:
-                    hf_logging.set_verbosity(verbosity)
-                    logging.disable(disabled)
+        with library_output(self.progress, self.quiet):
+            yield
 
 
 @dataclass
