@@ -19,7 +19,7 @@ from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.envace import EnvACETrainer
-from envace_gym.backends import LEDGER, CallLedger, PythonBackend, Toolkit, ToolLog, register_backend, tool
+from envace_gym.backends import LEDGER, CallLedger, PythonBackend, Toolkit, ToolLog, history_key, register_backend, tool
 from envace_gym.env import ToolCallEnv
 from envace_gym.imagination import SelfRehearsalEnv, format_execution_result
 from envace_gym.tasks import RefCall, RefTurn, Task
@@ -175,7 +175,13 @@ def _cache(path, *entries):
 
 
 def test_replay_hits_are_logged_and_fallback_executions_are_live(tmp_path):
-    entry = {"task_id": TASK.id, "name": "bump", "arguments": {"by": 1}, "occurrence": 0, "payload": {"n": 1}}
+    entry = {
+        "task_id": TASK.id,
+        "name": "bump",
+        "arguments": {"by": 1},
+        "history": history_key([]),
+        "payload": {"n": 1},
+    }
     two_bumps = format_calls([ToolCall("bump", {"by": 1})] * 2)
 
     def play(backend):

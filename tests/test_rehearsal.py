@@ -163,7 +163,7 @@ def test_replay_miss_and_corrupt_file(tmp_path):
     _, _, _, _, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-1"})]))
     assert info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR" and "replay miss" in info["errors"][0]["message"]
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"task_id": "t", "name": "f", "arguments": {}, "occurrence": 0, "payload": 1}\n{broken\n')
+    bad.write_text('{"task_id": "t", "name": "f", "arguments": {}, "history": "h", "payload": 1}\n{broken\n')
     with pytest.raises(ReplayFileError, match=r"bad\.jsonl:2: not JSON"):
         ReplayBackend(bad)
 

@@ -100,7 +100,7 @@ def test_imagined_results_with_hostile_values_are_unusable(body, default_recursi
 
 # ------------------------------------------------------------------------------------- hostile files
 def _replay_line(**overrides):
-    rec = {"task_id": "t", "name": "f", "arguments": {}, "occurrence": 0, "ok": True, "payload": {"x": 1}}
+    rec = {"task_id": "t", "name": "f", "arguments": {}, "history": "h0", "ok": True, "payload": {"x": 1}}
     rec.update(overrides)
     return json.dumps(rec)
 
@@ -108,8 +108,9 @@ def _replay_line(**overrides):
 @pytest.mark.parametrize(
     ("line", "says"),
     [
-        ('{"task_id": "t", "name": "f", "arguments": {}, "occurrence": 1e999, "payload": 1}', "occurrence"),
-        ('{"task_id": "t", "name": "f", "arguments": {}, "occurrence": Infinity, "payload": 1}', "occurrence"),
+        ('{"task_id": "t", "name": "f", "arguments": {}, "history": 1e999, "payload": 1}', "history must be a"),
+        ('{"task_id": "t", "name": "f", "arguments": {}, "history": Infinity, "payload": 1}', "history must be a"),
+        ('{"task_id": "t", "name": "f", "arguments": {}, "occurrence": 0, "payload": 1}', "keyed by occurrence"),
         (_replay_line(ok="false"), "ok must be true or false"),
         (_replay_line(arguments=[1]), "arguments must be an object"),
         (_replay_line(payload={"x": float("nan")}), "non-finite"),
@@ -308,7 +309,7 @@ def test_every_reader_skips_a_torn_last_line_from_a_killed_writer_with_a_warning
     with pytest.warns(TornLineWarning):
         assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
     cache = tmp_path / "cache.jsonl"
-    _killed_mid_write(cache, [_replay_line(occurrence=0), _replay_line(occurrence=1)])
+    _killed_mid_write(cache, [_replay_line(history="h0"), _replay_line(history="h1")])
     with pytest.warns(TornLineWarning):
         assert len(ReplayBackend(cache).entries) == 2
     assert not cache.read_bytes().endswith(b"\n")  # reading never changes the file

@@ -14,7 +14,7 @@ from .._registry import Registry
 from .base import Backend, BackendCopyError, ToolResult, replayed_state_hash, state_digest, validate_call
 from .ledger import CALL_KINDS, LEDGER, CallLedger, charged_as, is_self_accounting
 from .python import PythonBackend, Toolkit, tool
-from .replay import ReplayBackend, ReplayFileError, ToolLog, log_key
+from .replay import ReplayBackend, ReplayFileError, ToolLog, history_key, log_key
 from .spec import BackendSpec, parse_backend_spec
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "ReplayBackend",
     "ReplayFileError",
     "ToolLog",
+    "history_key",
     "log_key",
     "Toolkit",
     "tool",

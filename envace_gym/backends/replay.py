@@ -1,13 +1,21 @@
 """Record/replay caches of tool results (JSON Lines, never pickle).
 
-An entry is keyed by (task id, tool, canonical arguments, occurrence): the n-th identical call of an
-episode. Keying on the task and the occurrence keeps replay exact for stateful tools (the second
-``get_balance`` after a transfer is a different entry from the first).
+An entry is keyed by (task id, the calls the episode ran before it, tool, canonical arguments): a result
+is replayed only in the state it was recorded in. A task fixes the initial state and the tools are
+deterministic, so the calls before a call fix the state it meets: a ``get_balance`` recorded after a
+transfer is never replayed in an episode that made no transfer (it is a miss there, which the chain's
+fallback answers). The key is stricter than the state itself (a read-only call before it changes the key
+too), never looser. The tool log that grounds the env role (:class:`ToolLog`) uses the same key.
+
+Caches written before 2026-12-06 keyed an entry by its occurrence (the n-th identical call of an episode)
+instead, which can replay a result recorded in another state; they are refused with a one-line error that
+says so and how to record a new one (``--backend cache:NEW.jsonl``).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import random
 from collections.abc import Sequence
@@ -23,47 +31,54 @@ from .ledger import LEDGER, is_self_accounting
 if TYPE_CHECKING:
     from ..tasks import Task
 
-__all__ = ["ReplayBackend", "ReplayFileError", "ToolLog", "log_key", "next_occurrence", "result_from_record"]
+__all__ = ["ReplayBackend", "ReplayFileError", "ToolLog", "history_key", "log_key", "result_from_record"]
+
+#: The calls an episode ran so far, in order: ``(tool name, arguments)`` each.
+History = list[tuple[str, dict[str, Any]]]
+
+#: What an old-format line (keyed by occurrence) is told: why it is refused and what to do.
+OLD_FORMAT = (
+    "an entry keyed by occurrence (a cache written before 2026-12-06), which can replay a result recorded "
+    "in another state; record a new cache with --backend cache:NEW.jsonl (or ToolLog.from_reference)"
+)
 
 
 class ReplayFileError(ValueError):
     """A replay cache line that cannot be read."""
 
 
-def log_key(task_id: str, name: str, arguments: dict[str, Any], occurrence: int) -> str:
-    """The key of a cache entry: the ``occurrence``-th (from 0) call of ``name(arguments)`` in ``task_id``'s
-    episode."""
+def history_key(history: History) -> str:
+    """A digest of the calls an episode ran before this one (each tool name and its canonical arguments, in
+    order): with the task's initial state and deterministic tools, it fixes the state the next call meets."""
+    return hashlib.sha256(canonical_json([[name, args] for name, args in history]).encode()).hexdigest()[:20]
+
+
+def log_key(task_id: str, history: str, name: str, arguments: dict[str, Any]) -> str:
+    """The key of a cache entry: ``name(arguments)`` in ``task_id``'s episode after the calls whose
+    :func:`history_key` is ``history``."""
     # JSON, not joined strings: no task id or tool name can contain a separator that makes two keys collide.
-    return canonical_json([task_id, name, arguments, occurrence])
+    return canonical_json([task_id, history, name, arguments])
 
 
 def _record_problem(rec: Any) -> str | None:
     """Why a parsed cache line is not a replay entry, or None."""
     if not isinstance(rec, dict):
         return f"a line must be a JSON object, got {type(rec).__name__}"
-    missing = [k for k in ("task_id", "name", "arguments", "occurrence", "payload") if k not in rec]
+    if "occurrence" in rec and "history" not in rec:
+        return OLD_FORMAT
+    missing = [k for k in ("task_id", "name", "arguments", "history", "payload") if k not in rec]
     if missing:
         return f"missing {', '.join(missing)}"
     if not isinstance(rec["task_id"], str) or not isinstance(rec["name"], str):
         return "task_id and name must be strings"
     if not isinstance(rec["arguments"], dict):
         return f"arguments must be an object, got {type(rec['arguments']).__name__}"
-    occurrence = rec["occurrence"]
-    if type(occurrence) is not int or occurrence < 0:
-        return f"occurrence must be a non-negative integer, got {occurrence!r}"
+    if not isinstance(rec["history"], str):
+        return f"history must be a string (a digest of the calls before the entry), got {rec['history']!r}"
     if not isinstance(rec.get("ok", True), bool):
         return f"ok must be true or false, got {rec['ok']!r}"
     problem = json_value_problem([rec["arguments"], rec["payload"]])
     return f"the entry holds {problem}" if problem else None
-
-
-def next_occurrence(seen: dict[str, int], name: str, arguments: dict[str, Any]) -> int:
-    """The occurrence (from 0) of this ``name(arguments)`` call in an episode, counted in ``seen`` (updated):
-    the last part of a log key, so that the n-th identical call replays the n-th recorded result."""
-    base = canonical_json([name, arguments])
-    occurrence = seen.get(base, 0)
-    seen[base] = occurrence + 1
-    return occurrence
 
 
 def result_from_record(call: ToolCall, rec: dict[str, Any]) -> ToolResult:
@@ -117,7 +132,7 @@ class ToolLog:
                 problem = _record_problem(rec)
                 if problem is not None:
                     raise ReplayFileError(f"{path}:{lineno}: not a replay entry ({problem})")
-                entries[log_key(rec["task_id"], rec["name"], rec["arguments"], rec["occurrence"])] = rec
+                entries[log_key(rec["task_id"], rec["history"], rec["name"], rec["arguments"])] = rec
         except ReplayFileError:
             raise
         except ValueError as exc:
@@ -126,31 +141,33 @@ class ToolLog:
 
     @staticmethod
     def from_reference(tasks: Sequence[Task], path: str | Path | None = None) -> ToolLog:
-        """The log of ``tasks``' reference trajectories (their calls and recorded real results; occurrences
-        counted per task, in reference order), written to ``path`` unless it is None."""
+        """The log of ``tasks``' reference trajectories (their calls and recorded real results, each keyed by
+        the reference calls before it), written to ``path`` unless it is None."""
         entries: dict[str, dict[str, Any]] = {}
         for task in tasks:
-            seen: dict[str, int] = {}
+            history: History = []
             for ref in task.reference_calls:
-                occurrence = next_occurrence(seen, ref.name, ref.arguments)
+                before = history_key(history)
                 rec = {
                     "task_id": task.id,
                     "name": ref.name,
                     "arguments": ref.arguments,
-                    "occurrence": occurrence,
+                    "history": before,
                     "ok": True,
                     "payload": ref.result,
                 }
-                entries[log_key(task.id, ref.name, ref.arguments, occurrence)] = rec
+                entries[log_key(task.id, before, ref.name, ref.arguments)] = rec
+                history.append((ref.name, ref.arguments))
         if path is not None:
             path = Path(path)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in entries.values()))
         return ToolLog(entries, Path(path) if path is not None else None)
 
-    def get(self, task_id: str, name: str, arguments: dict[str, Any], occurrence: int) -> dict[str, Any] | None:
-        """The entry for that call, or None."""
-        return self.entries.get(log_key(task_id, name, arguments, occurrence))
+    def get(self, task_id: str, history: History, name: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """The entry for ``name(arguments)`` after the calls ``history`` of ``task_id``'s episode, or None: a
+        result recorded in another state is never returned."""
+        return self.entries.get(log_key(task_id, history_key(history), name, arguments))
 
     def examples(self, name: str, exclude_task: str, limit: int, key: str) -> list[dict[str, Any]]:
         """Up to ``limit`` successful logged calls of tool ``name`` from tasks other than ``exclude_task``, as
@@ -206,7 +223,7 @@ class ReplayBackend:
         self.tools: Sequence[ToolSpec] = []
         self.call_count = 0
         self.hits = self.misses = 0
-        self._seen: dict[str, int] = {}
+        self._history: History = []  # the calls that reached a tool (replayed or run): the state key
         self._ok_calls: list[ToolCall] = []
 
     def _load(self) -> dict[str, dict[str, Any]]:
@@ -228,7 +245,7 @@ class ReplayBackend:
         self.task = task
         self.tools = list(task.tool_specs) if task is not None else []
         self.call_count = 0
-        self._seen = {}
+        self._history = []
         self._ok_calls = []
         if self.fallback is not None:
             self.fallback.reset(task, seed)
@@ -239,9 +256,8 @@ class ReplayBackend:
         if error is not None:
             return ToolResult(call, None, error)
         task_id = self.task.id if self.task is not None else ""
-        occurrence = next_occurrence(self._seen, call.name, call.arguments)
-        key = log_key(task_id, call.name, call.arguments, occurrence)
-        rec = self.entries.get(key)
+        before = history_key(self._history)
+        rec = self.entries.get(log_key(task_id, before, call.name, call.arguments))
         if rec is not None:
             self.hits += 1
             LEDGER.record("logged")
@@ -251,14 +267,16 @@ class ReplayBackend:
         else:
             self.misses += 1
             if self.on_miss == "error":
+                # Not run anywhere: the state is as it was, and so is the history.
                 return ToolResult.failure(
                     call,
                     ErrorCode.TOOL_EXECUTION_ERROR,
-                    f"replay miss: no cached result for {call.name} (occurrence {occurrence + 1})",
+                    f"replay miss: no cached result for {call.name} in this state (after {len(self._history)} calls)",
                 )
             result = self._fallback_execute(call)
             if self.write_back:
-                self._append(task_id, call, occurrence, result)
+                self._append(task_id, call, before, result)
+        self._history.append((call.name, call.arguments))
         if result.ok:
             self._ok_calls.append(call)
         return result
@@ -271,16 +289,16 @@ class ReplayBackend:
             LEDGER.record("live")
         return result
 
-    def _append(self, task_id: str, call: ToolCall, occurrence: int, result: ToolResult) -> None:
+    def _append(self, task_id: str, call: ToolCall, history: str, result: ToolResult) -> None:
         rec = {
             "task_id": task_id,
             "name": call.name,
             "arguments": call.arguments,
-            "occurrence": occurrence,
+            "history": history,
             "ok": result.ok,
             "payload": result.payload(),
         }
-        self.entries[log_key(task_id, call.name, call.arguments, occurrence)] = rec
+        self.entries[log_key(task_id, history, call.name, call.arguments)] = rec
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
@@ -303,6 +321,6 @@ class ReplayBackend:
         """An independent backend at the current point of the episode (the cache entries are shared)."""
         clone = copy.copy(self)
         clone.fallback = self.fallback.copy() if self.fallback is not None else None
-        clone._seen = dict(self._seen)
+        clone._history = list(self._history)
         clone._ok_calls = list(self._ok_calls)
         return clone

@@ -11,7 +11,7 @@ from typing import Any
 from ..backends import make_backend
 from ..backends.base import Backend, ToolResult, replayed_state_hash, state_digest, validate_call
 from ..backends.ledger import LEDGER
-from ..backends.replay import ToolLog, next_occurrence, result_from_record
+from ..backends.replay import History, ToolLog, result_from_record
 from ..calls import ErrorCode, ToolCall
 from ..tasks import Task
 from ..tools import ToolSpec
@@ -66,7 +66,7 @@ class ImaginedBackend:
             the real result as ``sample.target``. What the actor sees is always the imagined result.
             (Live grounding: each shadow call is a live tool call.)
         log: grounding from a recorded :class:`~envace_gym.backends.ToolLog` instead of live calls: an imagined
-            call whose (task, tool, arguments, occurrence) the log holds gets ``sample.fidelity`` and
+            call whose (task, calls before it, tool, arguments) the log holds gets ``sample.fidelity`` and
             ``sample.exact`` against the logged result and, with ``log_targets``, the logged result as
             ``sample.target``; a call outside the log gets neither. The actor still sees the imagined result.
         log_targets: give logged calls a supervised target (``sample.target``).
@@ -107,7 +107,7 @@ class ImaginedBackend:
         self.real_fraction = real_fraction
         self.log = log
         self.log_targets = log_targets
-        self._occurrences: dict[str, int] = {}  # (tool, arguments) -> calls so far: the log's occurrence key
+        self._history: History = []  # the calls that passed the checks so far: the log's state key
         # Inline mode: what the previous answer of the message being run left in the actor's context.
         self.context: ActorContext | None = None
         self.task: Task | None = None
@@ -128,7 +128,7 @@ class ImaginedBackend:
         self.context = None
         self._messages = []
         self._ok_calls = []
-        self._occurrences = {}
+        self._history = []
         self._shadow = None
         if task is not None and self.real_fraction > 0:
             self._shadow = self.real_backend(task)
@@ -198,7 +198,9 @@ class ImaginedBackend:
             error=reason,
             text=text,
         )
-        self._ground(call, sample, value if reason is None else None, gen.stop_text)
+        before = list(self._history)
+        self._history.append((call.name, call.arguments))  # it reached the (imagined) tool: the state moved on
+        self._ground(call, before, sample, value if reason is None else None, gen.stop_text)
         if self.mode == "inline":
             # What the rollout engine needs to splice the result's tokens into the actor's stream.
             sample.prompt_text = gen.prompt_text
@@ -229,7 +231,7 @@ class ImaginedBackend:
         """An independent backend at this point of the episode (the same imaginer answers both)."""
         clone = copy.copy(self)
         clone._ok_calls = list(self._ok_calls)
-        clone._occurrences = dict(self._occurrences)
+        clone._history = list(self._history)
         clone.context = None
         clone._shadow = self._shadow.copy() if self._shadow is not None else None
         clone._grounding_rng = random.Random()
@@ -237,12 +239,12 @@ class ImaginedBackend:
         return clone
 
     # ------------------------------------------------------------------ internals
-    def _ground(self, call: ToolCall, sample: EnvRoleSample, value: Any, stop_text: str) -> None:
+    def _ground(self, call: ToolCall, history: History, sample: EnvRoleSample, value: Any, stop_text: str) -> None:
         """Compare the imagined ``value`` (None: unusable) with the real result where one is known, live (the
         shadow backend of grounded imagination) or logged (``log``): ``sample.exact``/``sample.fidelity``, and
         maybe the real result as ``sample.target`` (written as the env role should have written it, ending as
-        its generation ended: ``stop_text``)."""
-        occurrence = next_occurrence(self._occurrences, call.name, call.arguments)
+        its generation ended: ``stop_text``). A logged result counts only when it was recorded after the same
+        calls (``history``): from the same state."""
         real = None
         keep = False
         if self._shadow is not None:
@@ -250,7 +252,7 @@ class ImaginedBackend:
             LEDGER.record("live")
             keep = self._grounding_rng.random() < self.real_fraction
         elif self.log is not None and self.task is not None and self.grounding != "log":
-            rec = self.log.get(self.task.id, call.name, call.arguments, occurrence)
+            rec = self.log.get(self.task.id, history, call.name, call.arguments)
             if rec is not None:
                 LEDGER.record("logged")  # a recorded real result, used for training, without a live call
                 real = result_from_record(call, rec)
