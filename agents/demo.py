@@ -1,6 +1,6 @@
 """``envace demo`` (what ``make demo`` runs): training under imagination, on the embedded model, on a CPU.
 
-The learning benchmark's imagination-only recipe (:mod:`envace_gym.agents.recipe`) in miniature, on
+The learning benchmark's imagination-only recipe (`envace_gym.agents.recipe`) in miniature, on
 ``builtin/bank`` tasks that need one or two calls (look an account up, then act on the id it returned):
 
 1. warm start: the LoRA adapter shipped in the package merged at the recipe's scale (``make warm-adapter``

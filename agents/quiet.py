@@ -2,8 +2,8 @@
 
 Our own progress (the rollout, training and evaluation bars) follows each function's ``progress`` flag. The
 libraries underneath print bars of their own (transformers' "Loading weights" and "Writing model shards") and
-warnings a user cannot act on. :func:`library_bars_off` is put around every load and save this package makes,
-whatever the flags, and :func:`library_output` is what the CLI's ``--no-progress`` and ``--quiet`` turn on.
+warnings a user cannot act on. `library_bars_off` is put around every load and save this package makes,
+whatever the flags, and `library_output` is what the CLI's ``--no-progress`` and ``--quiet`` turn on.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def peft_notes_off() -> Iterator[None]:
 @contextmanager
 def library_output(progress: bool = True, quiet: bool = False) -> Iterator[None]:
     """While a command runs: the libraries' progress bars off unless ``progress``; under ``quiet`` also their
-    warnings (the ``warnings`` of :data:`NOISY_MODULES`) and every log record below ERROR. Everything is put
+    warnings (the ``warnings`` of `NOISY_MODULES`) and every log record below ERROR. Everything is put
     back afterwards (the CLI also runs in-process, in tests)."""
     from transformers.utils import logging as hf_logging
 

@@ -3,11 +3,11 @@
 * **task pool**: one-turn tasks of a suite that need at most ``max_calls`` reference calls (the benchmark's
   default: ``builtin/bank``, two calls: look an account up, then act on the id it returned);
 * **warm start**: supervised fine-tuning of both roles (actor turns and env-role answers) on the train
-  split's reference trajectories: a LoRA adapter of a few MB shipped in the package (:data:`WARM_ADAPTER`,
-  written by :func:`train_warm_adapter`, ``make warm-adapter``), merged at :data:`WARM_SCALE` (chosen on
+  split's reference trajectories: a LoRA adapter of a few MB shipped in the package (`WARM_ADAPTER`,
+  written by `train_warm_adapter`, ``make warm-adapter``), merged at `WARM_SCALE` (chosen on
   ``val``: merged whole it leaves RL almost nothing to learn);
-* **RL** (:data:`RL_SETTINGS`, chosen on ``val``): LoRA updates, 4 tasks x group 8 per step, temperature
-  1.0, 96 new tokens per turn; :func:`imagination_config` is EnvACE under imagination, the env role shown
+* **RL** (`RL_SETTINGS`, chosen on ``val``): LoRA updates, 4 tasks x group 8 per step, temperature
+  1.0, 96 new tokens per turn; `imagination_config` is EnvACE under imagination, the env role shown
   the task's reference results as few-shot examples (the paper's grounding): no live tool call.
 """
 
@@ -67,7 +67,7 @@ def task_pool(suite: str = "builtin/bank", max_calls: int = 2) -> list:
 
 
 def imagination_config(**overrides: Any) -> EnvACEConfig:
-    """The imagination-only recipe (:data:`RL_SETTINGS`): EnvACE with the policy imagining every tool result
+    """The imagination-only recipe (`RL_SETTINGS`): EnvACE with the policy imagining every tool result
     (prompted, shown the task's reference results as few-shot examples), both roles trained by the task
     reward; no live tool call."""
     base: dict[str, Any] = {**RL_SETTINGS, "backend": "self", "grounding": "reference"}
@@ -112,7 +112,7 @@ def train_warm_adapter(
 ) -> dict[str, Any]:
     """Train the warm-start LoRA adapter on the train split (both roles) and keep only the adapter at ``out``
     (``adapter_model.safetensors``, ``adapter_config.json``, ``warm_start.json`` with the settings and
-    summary). Settings default to :data:`ADAPTER_SETTINGS`."""
+    summary). Settings default to `ADAPTER_SETTINGS`."""
     import gymnasium as gym
 
     s = {**ADAPTER_SETTINGS, **settings}

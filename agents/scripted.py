@@ -122,7 +122,7 @@ class RandomPolicy:
 
 
 def play_episode(env: Any, policy: TextPolicy, task_id: str) -> dict[str, Any]:
-    """Play one whole episode of ``task_id`` through the episode loop (:func:`~.rollout.loop.collect`, with an
+    """Play one whole episode of ``task_id`` through the episode loop (`collect`, with an
     unseeded reset); returns the episode's last ``info`` (with the full ``messages`` and the ``tools``)."""
     last: dict[str, Any] = {}
     collect(

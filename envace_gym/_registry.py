@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 def did_you_mean(name: str, choices: Iterable[str]) -> list[str]:
     """Up to three of ``choices`` that ``name`` may have meant, best first: names under ``name/`` (``tau2`` ->
-    ``tau2/airline``...), else the closest spellings, case aside (:func:`difflib.get_close_matches`, and only
+    ``tau2/airline``...), else the closest spellings, case aside (`difflib.get_close_matches`, and only
     those about as close as the best)."""
     choices = list(choices)
     folded = {c.casefold(): c for c in choices}  # case is a typo too: envace-bfcl-v0

@@ -1,11 +1,11 @@
 """The one tool-call parser and formatter, shared by env, policy, trainer and evaluation.
 
-Assistant text -> :class:`ParsedAction` (free text, reasoning, calls, format errors). Formats:
+Assistant text -> `ParsedAction` (free text, reasoning, calls, format errors). Formats:
 
 * ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``: one block per call, several = parallel
   (the default format we render and tell policies to use);
 * a bare JSON object or array of such objects, as the whole message;
-* Python call syntax as the whole message, ``f(a=1, b="x")`` or ``[f(a=1), g()]``, read with :mod:`ast`
+* Python call syntax as the whole message, ``f(a=1, b="x")`` or ``[f(a=1), g()]``, read with `ast`
   as literals only: nothing is ever evaluated;
 * either of the last two inside one fenced code block that is the whole message (```` ```python ````,
   ```` ```json ````, a bare ```` ``` ```` or any other language tag, the body on the lines after it). A
@@ -180,7 +180,7 @@ def _name_set(tool_names: Collection[str] | None) -> frozenset[str] | None:
 
 def tool_names_of(tools: Iterable[Any] | None) -> frozenset[str]:
     """The names of ``tools``: OpenAI schemas (``{"type": "function", "function": {"name": ...}}`` or
-    ``{"name": ...}``), :class:`~envace_gym.tools.ToolSpec` objects or plain names; what cannot be read is
+    ``{"name": ...}``), `ToolSpec` objects or plain names; what cannot be read is
     skipped. For ``parse_calls(text, tool_names=...)``."""
     out: set[str] = set()
     for tool in tools or ():
@@ -325,7 +325,7 @@ def _split_reasoning(text: str) -> tuple[str, str, bool]:
 
 def strip_reasoning(text: str) -> str:
     """``text`` without its ``<think>`` blocks (the visible part that may hold calls or answers); see
-    :func:`_split_reasoning` for where a block ends."""
+    `_split_reasoning` for where a block ends."""
     return _split_reasoning(text)[0]
 
 

@@ -1,12 +1,12 @@
 """The one composition point of an env and its backend: a real backend is the env's own, an imagined one
 (``self``, ``self-inline``, ``simulator``) is the env on real backends wrapped in ``SelfRehearsalEnv`` with
-the imagination mode the spec names, its env role played by whom :func:`env_role_for` says.
+the imagination mode the spec names, its env role played by whom `env_role_for` says.
 
 Every caller composes here: the CLI, the trainer, the vector env, the fidelity report, the TRL and verl
-integrations, benchmarks and examples. :func:`make_env` builds the env and composes; :func:`rehearse`
+integrations, benchmarks and examples. `make_env` builds the env and composes; `rehearse`
 composes an env already built (a trainer's ``env_factory`` returns one on real backends). Either takes the
 env role explicitly (``imaginer=``) or the candidates (``policy=``, ``simulator=``) and lets
-:func:`env_role_for` choose.
+`env_role_for` choose.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def rehearse(
     """``env`` as ``backend`` answers its tool calls: unchanged for a kind the env builds itself (``real``,
     ``replay:``, ``cache:``, ``mcp:``), else ``SelfRehearsalEnv(env, imaginer, mode=<the spec's mode>,
     **rehearsal)`` (``rehearsal``: ``grounding``, ``on_invalid``, ``real_fraction``, ``log``, ...). Without
-    ``imaginer``, :func:`env_role_for` picks it from ``policy`` and ``simulator``.
+    ``imaginer``, `env_role_for` picks it from ``policy`` and ``simulator``.
 
     ``env`` must run on real backends under imagination: the wrapper keeps them for grounding. A bad spec,
     an imagined one with no env role, or ``imaginer``/``rehearsal`` with a real one raise ``ValueError``.
@@ -89,15 +89,15 @@ def make_env(
     rehearsal: dict[str, Any] | None = None,
     **env_kwargs: Any,
 ) -> gym.Env:
-    """``gym.make(env_id, backend=..., **env_kwargs)``, composed with ``backend`` by :func:`rehearse`.
+    """``gym.make(env_id, backend=..., **env_kwargs)``, composed with ``backend`` by `rehearse`.
 
     Args:
         env_id: a registered Gymnasium id.
-        backend: a spec string or :class:`~envace_gym.backends.BackendSpec` (``real``, ``replay:PATH``,
+        backend: a spec string or `BackendSpec` (``real``, ``replay:PATH``,
             ``cache:PATH``, ``mcp:...``; imagined: ``self``, ``self-inline``, ``simulator``), or a callable
             ``task -> Backend``; None: the env's own default (``real``).
         imaginer: who imagines tool results under an imagined backend (anything with ``imagine(request)``,
-            e.g. an ``LMPolicy``); or leave it to :func:`env_role_for`, given ``policy`` and ``simulator``.
+            e.g. an ``LMPolicy``); or leave it to `env_role_for`, given ``policy`` and ``simulator``.
         policy: the actor, the env role under ``self``/``self-inline`` (ignored by other backends).
         simulator: a frozen model, the env role under ``simulator`` (ignored by other backends).
         rehearsal: more ``SelfRehearsalEnv`` kwargs (``grounding``, ``on_invalid``, ``real_fraction``, ...).

@@ -1,10 +1,10 @@
 """``ToolCallEnv`` (registered as ``EnvACE-ToolCall-v0``): a tool-calling conversation as a Gymnasium env.
 
-Action: the assistant's message text. Each step parses it with :func:`envace_gym.calls.parse_calls`;
+Action: the assistant's message text. Each step parses it with `envace_gym.calls.parse_calls`;
 calls are executed by the episode's backend (after its deterministic checks) and the observation is
 their results; a message with no call is an answer, which moves to the next user turn or ends the
 episode with the task's reward. Bad actions never raise: they become structured error observations.
-Benchmark envs (BFCL, tau2) subclass it through the public hooks listed in :class:`ToolCallEnv`.
+Benchmark envs (BFCL, tau2) subclass it through the public hooks listed in `ToolCallEnv`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ DEFAULT_SYSTEM_PROMPT = (
 
 EnvBackend = str | Callable[[Task], Backend]  # what ToolCallEnv(backend=...) takes
 
-#: An answer's consequence as :meth:`ToolCallEnv.answer_turn` plays it: yields each simulated-user request,
+#: An answer's consequence as `ToolCallEnv.answer_turn` plays it: yields each simulated-user request,
 #: is sent its answer, returns ``(observation, terminated)``.
 AnswerTurn = Generator["UserRequest", "str | Exception | None", tuple[str, bool]]
 
@@ -62,7 +62,7 @@ T = TypeVar("T")
 def play_here(
     turn: Generator[UserRequest, Any, T], answer: Callable[[UserRequest], str | Exception], sent: Any = None
 ) -> T:
-    """Run a turn (:data:`AnswerTurn`, or any generator of user requests) to its end here, each request it
+    """Run a turn (`AnswerTurn`, or any generator of user requests) to its end here, each request it
     yields answered by ``answer``; returns what the turn returns (``sent``: what it is sent first; None
     starts it)."""
     try:
@@ -86,11 +86,11 @@ DEPRECATED_SAMPLES_KEY = "rehearsal"
 
 @dataclass
 class PendingStep:
-    """A step that :meth:`ToolCallEnv.begin_step` began and that waits for its imagined calls' answers.
+    """A step that `ToolCallEnv.begin_step` began and that waits for its imagined calls' answers.
 
     ``requests`` are the requests to answer now: an env-role request
-    (:class:`~envace_gym.imagination.ImagineRequest`) for an imagined call, or a
-    :class:`~envace_gym.imagination.UserRequest` for a simulated user's turn where a model plays the user. At
+    (`ImagineRequest`) for an imagined call, or a
+    `UserRequest` for a simulated user's turn where a model plays the user. At
     most one, because each call of a message is asked with the answers to the calls before it in view
     (prompted: the conversation so far; inline: the actor's context), and a user's turn follows the
     answer it replies to; empty when the step can finish. Plain data, so that a worker process can hand it
@@ -133,20 +133,20 @@ class ToolCallEnv(gym.Env[str, str]):
 
     Args:
         suite: a registered suite name (``"builtin"``, ``"builtin/retail"``) or a ``.jsonl`` task file.
-        split: which split :meth:`reset` draws from (builtin: ``"train"``, ``"val"``, ``"test-id"``, ``"test"``;
+        split: which split `reset` draws from (builtin: ``"train"``, ``"val"``, ``"test-id"``, ``"test"``;
             tau2, BFCL: ``"train"``, ``"test"``); ``None`` for all.
-        tasks: tasks to use instead of ``suite`` (a :class:`TaskSuite` or a list of :class:`Task`).
+        tasks: tasks to use instead of ``suite`` (a `TaskSuite` or a list of `Task`).
         backend: ``"real"`` (each task's registered real backend), ``"replay:PATH"`` (results from a
             JSONL cache; a miss is an error), ``"cache:PATH"`` (cache first, then the real backend, whose
             answers are written back: recording), ``"mcp:COMMAND"`` (an MCP server over stdio, started with
             COMMAND, e.g. ``mcp:python -m envace_gym.envs.builtin.mcp_server``),
             ``"mcp:http://127.0.0.1:PORT/mcp"`` (a running MCP server over loopback HTTP), or a callable
-            ``task -> Backend``. Imagined results: wrap the env in :class:`envace_gym.SelfRehearsalEnv`.
+            ``task -> Backend``. Imagined results: wrap the env in `envace_gym.SelfRehearsalEnv`.
         max_turns: assistant messages per episode before truncation (a task's own ``max_turns`` wins).
         tool_timeout: seconds one tool call may run before it becomes a ``TOOL_TIMEOUT`` error.
         tool_isolation: where the real backend's tools run: ``"auto"`` (the default: a toolkit that does not
             declare ``run_inline`` in a worker process, the builtin toolkits and BFCL/tau2 in this one; see
-            :func:`envace_gym.backends.isolated.real_backend`), ``"process"`` (every registered backend in a
+            `envace_gym.backends.isolated.real_backend`), ``"process"`` (every registered backend in a
             worker process per backend, killed and rebuilt when a call passes ``tool_timeout``; one IPC
             round trip per call) or ``"thread"`` (in this process; a hung call is abandoned, not stopped:
             for trusted, fast tools; toolkits that declare ``run_inline`` run in the caller's thread).
@@ -158,54 +158,54 @@ class ToolCallEnv(gym.Env[str, str]):
         system_prompt: used for tasks that carry no system message of their own.
         render_mode: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
 
-    ``reset(options=...)`` takes ``task_id``, ``suite``, ``split``, and ``backend``: a :class:`Backend` that
-    answers this one episode's calls instead of the env's own (the seam :class:`SelfRehearsalEnv` uses;
-    the env's configuration is not changed). :meth:`fork` copies an env at its current state.
+    ``reset(options=...)`` takes ``task_id``, ``suite``, ``split``, and ``backend``: a `Backend` that
+    answers this one episode's calls instead of the env's own (the seam `SelfRehearsalEnv` uses;
+    the env's configuration is not changed). `fork` copies an env at its current state.
 
     **Hooks for benchmark envs.** A subclass (see ``envs/bfcl/env.py``, ``envs/tau2/env.py``) overrides
     any of these public methods, calls ``super()`` where it extends rather than replaces, and returns what
     each documents; none of them is called by the user:
 
-    * :meth:`backend_for` ``(task, given) -> Backend``: the backend that answers this episode (``given``:
+    * `backend_for` ``(task, given) -> Backend``: the backend that answers this episode (``given``:
       the one passed to ``reset``, if any); e.g. wrap it to hide tools that a turn has not offered yet.
-      A wrapping backend should implement ``copy()`` too, so that :meth:`fork` works.
-    * :meth:`on_calls` ``(calls, errors, results) -> None``: one message's calls once they ran (``errors``:
+      A wrapping backend should implement ``copy()`` too, so that `fork` works.
+    * `on_calls` ``(calls, errors, results) -> None``: one message's calls once they ran (``errors``:
       its format errors; ``results``: what each call gave, in order); default nothing. Extend it to log
       calls. The env executes them itself (in a whole step or across a half-step's answers).
-    * :meth:`on_answer` ``(content) -> (observation, terminated)``: an assistant message without calls;
+    * `on_answer` ``(content) -> (observation, terminated)``: an assistant message without calls;
       default: the next scripted user turn, or the end of the episode.
-    * :meth:`answer_turn` ``(content)``: the same as a generator that yields a
-      :class:`~envace_gym.imagination.UserRequest` wherever a model must write the user's turn and is sent
-      its answer; default: :meth:`on_answer`, with no request. Replace it to ask a simulated user (tau2),
-      and :meth:`answer_user` to answer its requests in a whole step.
-    * :meth:`score` ``() -> (reward, components)``: at the end of an episode. Default: the task's reward
-      bases, each scored by the function registered with :func:`envace_gym.rewards.register_reward_basis`
+    * `answer_turn` ``(content)``: the same as a generator that yields a
+      `UserRequest` wherever a model must write the user's turn and is sent
+      its answer; default: `on_answer`, with no request. Replace it to ask a simulated user (tau2),
+      and `answer_user` to answer its requests in a whole step.
+    * `score` ``() -> (reward, components)``: at the end of an episode. Default: the task's reward
+      bases, each scored by the function registered with `envace_gym.rewards.register_reward_basis`
       (which receives the env as ``ctx.env``), multiplied; register your benchmark's basis there.
-    * :meth:`build_info` ``(results, errors) -> dict``: the ``info`` of a step or reset; extend it to add
+    * `build_info` ``(results, errors) -> dict``: the ``info`` of a step or reset; extend it to add
       or filter keys (e.g. hide tools).
-    * :meth:`abort` ``(reason) -> dict``: end the episode now with reward 0; returns the ``info`` keys to
+    * `abort` ``(reason) -> dict``: end the episode now with reward 0; returns the ``info`` keys to
       report. Extend it to record how your benchmark names such an end.
-    * :meth:`end_episode` ``() -> (reward, components)``: call it from a hook to end the episode early
+    * `end_episode` ``() -> (reward, components)``: call it from a hook to end the episode early
       (a benchmark's own limit) and score it.
-    * :meth:`prepare_rehearsal` ``(user) -> None``: called on a private-rehearsal snapshot (a fork holding
+    * `prepare_rehearsal` ``(user) -> None``: called on a private-rehearsal snapshot (a fork holding
       the blind task); default nothing. Override it where more than the tools is part of the world (tau2's
       simulated user reads the task's scenario: its fork hands the user's turns to ``user``, an imagined user).
-      :attr:`rehearsal_metadata` names the task metadata keys the snapshot keeps (default none).
+      `rehearsal_metadata` names the task metadata keys the snapshot keeps (default none).
 
-    **The step as two halves** (how a rollout loop batches the env role of many envs): :meth:`begin_step`
+    **The step as two halves** (how a rollout loop batches the env role of many envs): `begin_step`
     ``(action) -> PendingStep`` parses the action, runs the checks and every call a backend answers by itself,
     and stops at the first call an imagined backend (one with ``begin_call``/``finish_call``, such as
-    :class:`~envace_gym.imagination.ImaginedBackend`) needs an answer for, or at a simulated user's turn a
-    model writes (:meth:`answer_turn`), returning its request;
-    :meth:`continue_step` ``(answers)`` hands over the answers and returns the next requests; and
+    `ImaginedBackend`) needs an answer for, or at a simulated user's turn a
+    model writes (`answer_turn`), returning its request;
+    `continue_step` ``(answers)`` hands over the answers and returns the next requests; and
     ``step(action)`` with the same action, on the outermost wrapper, ends the step: every wrapper sees it as
     an ordinary step (an action wrapper maps the action again, to the text the step began with). Begin
-    through the wrappers with :func:`envace_gym.imagination.halfstep.begin_step`, which applies each
+    through the wrappers with `envace_gym.imagination.halfstep.begin_step`, which applies each
     ``gym.ActionWrapper``'s mapping on the way in. ``step(action)`` with no step in flight is the three in
     one, its imagined calls answered synchronously by the backend's own imaginer. Hooks run as in a whole
     step.
 
-    State a hook may read: ``task``, ``backend``, ``parsed`` (the step's :class:`ParsedAction`: hooks reuse
+    State a hook may read: ``task``, ``backend``, ``parsed`` (the step's `ParsedAction`: hooks reuse
     it instead of parsing the message again), ``messages`` (the chat so far, OpenAI format),
     ``user_turn`` (index of the current user turn; ``on_answer`` advances it), ``record`` (successful calls
     and per-turn answers, what the builtin bases score), ``steps`` (assistant messages so far).
@@ -213,7 +213,7 @@ class ToolCallEnv(gym.Env[str, str]):
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
-    #: Attributes that :meth:`fork` shares with the copy instead of copying (large and never mutated by an
+    #: Attributes that `fork` shares with the copy instead of copying (large and never mutated by an
     #: episode). A subclass adds its own (a user simulator holding a model, say).
     fork_shared: tuple[str, ...] = ("suite", "pool", "task", "backend_spec", "observation_space", "action_space")
     #: Task metadata keys a private-rehearsal fork keeps (``task.blind(keep=...)``): only keys that schedule
@@ -294,7 +294,7 @@ class ToolCallEnv(gym.Env[str, str]):
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode. ``options``: ``task_id``, or ``suite`` and/or ``split`` to draw from; ``backend``
-        (a :class:`Backend`) answers this episode instead of the env's own."""
+        (a `Backend`) answers this episode instead of the env's own."""
         super().reset(seed=seed)
         options = dict(options or {})
         override = options.pop("backend", None)
@@ -314,7 +314,7 @@ class ToolCallEnv(gym.Env[str, str]):
         return self.task.user_turns[0], self.build_info([], [])
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Gymnasium's step. After :meth:`begin_step` ``(action)`` and a :meth:`continue_step` per request,
+        """Gymnasium's step. After `begin_step` ``(action)`` and a `continue_step` per request,
         ``step(action)`` with the same action ends that step (see the class docstring)."""
         if isinstance(action, PendingStep):
             raise TypeError("step() takes the action: end a half-step with step(action), the action begin_step took")
@@ -361,7 +361,7 @@ class ToolCallEnv(gym.Env[str, str]):
         return observation, reward, terminated, truncated, info
 
     def begin_step(self, action: str) -> PendingStep:
-        """The first half of :meth:`step`: parse ``action``, run its checks and the calls a backend answers by
+        """The first half of `step`: parse ``action``, run its checks and the calls a backend answers by
         itself, and stop at the first imagined call, whose request is in ``pending.requests``."""
         return self._begin(action, defer=True)
 
@@ -369,7 +369,7 @@ class ToolCallEnv(gym.Env[str, str]):
         """Answer the step's requests, in order; run on to the next request. An env-role request's answer is a
         generation, a string, or the exception the env role raised (the episode sees it as that call's
         error); a user request's is the user's message, the exception the user raised, or None (this env's
-        own user answers it, :meth:`answer_user`)."""
+        own user answers it, `answer_user`)."""
         run = self._in_flight
         if run is None or run.waiting is None:
             raise RuntimeError("no request waits for an answer (begin_step first)")
@@ -418,13 +418,13 @@ class ToolCallEnv(gym.Env[str, str]):
     def fork(self, backend: Backend | None = None, task: Task | None = None) -> ToolCallEnv:
         """An independent copy of this env at its current state, backend included: steps on the copy do not
         affect this env, nor the other way round (test-time rehearsal runs on forks). The task suite and
-        the other attributes in :attr:`fork_shared` are shared.
+        the other attributes in `fork_shared` are shared.
 
         Args:
             backend: answers the fork's calls from now on (reset to the fork's task; it sees the conversation
                 so far through ``bind_conversation`` if it has one) instead of a copy of this env's backend,
                 which is then never touched: a mid-episode swap to an imagined backend. Default: a copy,
-                which raises :class:`BackendCopyError` when the episode's backend cannot be copied (an MCP
+                which raises `BackendCopyError` when the episode's backend cannot be copied (an MCP
                 server).
             task: the fork's task from now on, e.g. ``task.blind()`` for a fork that must not see the
                 reference; the fork's cached reference state hashes are dropped with it.
@@ -448,8 +448,8 @@ class ToolCallEnv(gym.Env[str, str]):
 
     def prepare_rehearsal(self, user: Any) -> None:
         """Hook: make this fork (already holding the blind task and a detached backend) fit for private
-        rehearsal (:class:`~envace_gym.imagination.RehearsalFork` calls it once on its snapshot). ``user``: an
-        :class:`~envace_gym.imagination.ImaginedUser` (the rehearsing policy playing the user from the visible
+        rehearsal (`RehearsalFork` calls it once on its snapshot). ``user``: an
+        `ImaginedUser` (the rehearsing policy playing the user from the visible
         conversation), or None when none was given. The default does nothing: the scripted user turns of a
         task are part of the conversation."""
 
@@ -499,9 +499,9 @@ class ToolCallEnv(gym.Env[str, str]):
         gave, in order; after a ``fatal`` result the rest were not run). Default: nothing."""
 
     def answer_turn(self, content: str) -> AnswerTurn:
-        """An answer's consequence, as a generator (see :data:`AnswerTurn`): it yields a
-        :class:`~envace_gym.imagination.UserRequest` wherever a model must write the user's turn, so that
-        the rollout loop can batch those turns across envs. Default: :meth:`on_answer`, with no request."""
+        """An answer's consequence, as a generator (see `AnswerTurn`): it yields a
+        `UserRequest` wherever a model must write the user's turn, so that
+        the rollout loop can batch those turns across envs. Default: `on_answer`, with no request."""
         yield from ()
         return self.on_answer(content)
 
@@ -540,7 +540,7 @@ class ToolCallEnv(gym.Env[str, str]):
 
     def offered_tool_names(self) -> frozenset[str]:
         """The names of the tools this episode offers the agent (the ``info["tools"]`` it is shown: the
-        task's, else its backend's); what :func:`~envace_gym.calls.parse_calls` is given as declared."""
+        task's, else its backend's); what `parse_calls` is given as declared."""
         if self.task is not None and self.task.tools:
             return tool_names_of(self.task.tools)
         return tool_names_of(self.backend.tools) if self.backend is not None else frozenset()
@@ -572,7 +572,7 @@ class ToolCallEnv(gym.Env[str, str]):
         return {"reward_components": components, "success": False, "aborted": reason}
 
     def end_episode(self) -> tuple[float, dict[str, float]]:
-        """Mark the episode over and score it (:meth:`score`), unless the env is not ``scored`` (a private
+        """Mark the episode over and score it (`score`), unless the env is not ``scored`` (a private
         rehearsal fork: reward 0, and nothing of the reference is read)."""
         self.done = True
         return self.score() if self.scored else (0.0, {})
@@ -616,7 +616,7 @@ class ToolCallEnv(gym.Env[str, str]):
 
     def _play_turn(self, run: _CallRun, answer: str | Exception | None, defer: bool) -> None:
         """Run the answer turn on (sent ``answer``; None starts it) to its next user request (``defer``), or
-        to its end, each request answered by this env's own user (:meth:`answer_user`)."""
+        to its end, each request answered by this env's own user (`answer_user`)."""
         assert run.turn is not None
         try:
             if not defer:

@@ -1,9 +1,9 @@
 """Hostile actions for robustness checks: what a model (or an attacker) may write as an assistant message.
 
-:func:`hostile_actions` draws adversarial messages for an env's tools: deep nesting, huge and non-finite
+`hostile_actions` draws adversarial messages for an env's tools: deep nesting, huge and non-finite
 numbers, duplicate keys, lone surrogates, NUL bytes, long and 10 MB strings, thousands of call blocks, Python
 syntax with attributes, lambdas and dunders, unterminated tags, ``<think>`` tricks, wrong argument types,
-and random text. :func:`fuzz_env` plays them through ``env.step`` and counts what went wrong: uncaught
+and random text. `fuzz_env` plays them through ``env.step`` and counts what went wrong: uncaught
 exceptions, slow steps, invalid actions without an error code, and rejected calls that changed backend state.
 Used by ``tests/test_reliability.py`` (bounded) and ``benchmarks/fuzz.py`` (longer).
 """
@@ -75,7 +75,7 @@ def hostile_actions(rng: random.Random, tools: Sequence[str], max_chars: int = 6
 
 @dataclass
 class FuzzReport:
-    """What :func:`fuzz_env` found over ``actions`` steps."""
+    """What `fuzz_env` found over ``actions`` steps."""
 
     actions: int = 0
     crashes: list[str] = field(default_factory=list)  # uncaught exceptions (type: message, first lines)
@@ -105,7 +105,7 @@ def _state_hash(env: gym.Env) -> str | None:
 
 def fuzz_env(env: gym.Env, n_actions: int, seed: int = 0, slow_s: float = 2.0, max_chars: int = 60_000):
     """Play ``n_actions`` hostile actions through ``env.step`` (resetting whenever an episode ends) and
-    return a :class:`FuzzReport`. Never raises for what the env does: a crash is counted, then the env is
+    return a `FuzzReport`. Never raises for what the env does: a crash is counted, then the env is
     reset."""
     rng = random.Random(seed)
     report = FuzzReport()

@@ -1,7 +1,7 @@
 """JSONL files that runs append to (trajectories, metrics, replay caches): one reader for all of them.
 
 A run killed while writing leaves at most one torn line: the last one, without its newline. Every reader of
-such a file goes through :func:`read_jsonl`, which skips that line with a warning and names ``file:line`` for
+such a file goes through `read_jsonl`, which skips that line with a warning and names ``file:line`` for
 any other line that cannot be read. Task files are written by people, not appended by runs: they stay strict
 (``TaskSuite.load_jsonl``).
 """
@@ -28,7 +28,7 @@ MAX_LINE_BYTES = 256 * 1024 * 1024
 def read_jsonl(path: str | Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` for each non-blank line of ``path``.
 
-    A last line with no newline that is not valid JSON is skipped with a :class:`TornLineWarning`; any other
+    A last line with no newline that is not valid JSON is skipped with a `TornLineWarning`; any other
     line that is not UTF-8 or not JSON raises ``ValueError("file:line: why")`` (a JSON bomb included), and so
     does a line longer than ``max_line_bytes`` (read no further than that).
     """

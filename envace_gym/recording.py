@@ -1,4 +1,4 @@
-"""Reference trajectories recorded by running the real tools: :class:`ReferenceRecorder`.
+"""Reference trajectories recorded by running the real tools: `ReferenceRecorder`.
 
 A task's reference (the calls that solve it, with their results) grounds the oracle, ``state_match`` and
 the env role's imagined results, so its results must be the ones the real tools give. The recorder runs
@@ -28,11 +28,11 @@ class ReferenceRecorder:
     """Plays a reference solution on a real backend and records each call with its real result.
 
     Args:
-        backend: a :class:`Toolkit` subclass (its tools run on a :class:`PythonBackend`, in this thread) or
-            a zero-argument callable that returns a fresh :class:`Backend`.
+        backend: a `Toolkit` subclass (its tools run on a `PythonBackend`, in this thread) or
+            a zero-argument callable that returns a fresh `Backend`.
         initial_state: the task's initial state; the backend starts from a copy, and the calls change
             that copy, so state carries from one step to the next (as in an episode).
-        backend_name: the registered backend name :meth:`build` writes into the task.
+        backend_name: the registered backend name `build` writes into the task.
 
     Usage::
 
@@ -58,12 +58,12 @@ class ReferenceRecorder:
             self.toolkit = None
             self._backend = backend()
         self._backend.reset(Task(id="recording", user_turns=("-",), initial_state=copy.deepcopy(initial_state)))
-        self.turns: list[RefTurn] = []  #: the turns closed by :meth:`turn`, in order
+        self.turns: list[RefTurn] = []  #: the turns closed by `turn`, in order
         self._steps: list[tuple[RefCall, ...]] = []
 
     def step(self, *calls: tuple[str, dict[str, Any]] | ToolCall) -> list[Any]:
         """Execute one assistant step (several calls = parallel calls), each a ``(name, arguments)`` pair or a
-        :class:`ToolCall`; returns their real results. A failed call raises :class:`ReferenceCallError`."""
+        `ToolCall`; returns their real results. A failed call raises `ReferenceCallError`."""
         recorded = []
         for call in calls:
             name, arguments = (call.name, call.arguments) if isinstance(call, ToolCall) else call
@@ -77,7 +77,7 @@ class ReferenceRecorder:
 
     def turn(self, answer: str, contains: Sequence[str] = ()) -> RefTurn:
         """Close the current user turn: its recorded steps, then the reference ``answer`` and the strings the
-        agent's answer must contain (``answer_match``). Returns the :class:`RefTurn`; later steps belong to
+        agent's answer must contain (``answer_match``). Returns the `RefTurn`; later steps belong to
         the next turn."""
         ref = RefTurn(tuple(self._steps), answer, tuple(contains))
         self.turns.append(ref)
@@ -100,8 +100,8 @@ class ReferenceRecorder:
         system: str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Task:
-        """The :class:`Task` whose reference is the recorded turns (one per user turn), on the toolkit's tools
-        and ``backend_name``; every step must be closed by :meth:`turn`."""
+        """The `Task` whose reference is the recorded turns (one per user turn), on the toolkit's tools
+        and ``backend_name``; every step must be closed by `turn`."""
         if self._steps:
             raise ValueError("steps recorded after the last turn(); every user turn must end with an answer")
         if self.toolkit is None or self.backend_name is None:

@@ -1,11 +1,11 @@
 """A Unicode text space: Gymnasium's ``Text`` only admits its charset (alphanumerics by default).
 
-Importing this module also teaches Gymnasium's vector utilities to keep a :class:`UnicodeText` value in
+Importing this module also teaches Gymnasium's vector utilities to keep a `UnicodeText` value in
 shared memory (``AsyncVectorEnv``'s default), as code points, not as charset indices: any string
 round-trips (JSON, quotes, braces, non-ASCII); one longer than ``max_length`` is cut with a visible marker.
 ``AsyncVectorEnv`` reads its shared memory once, at construction, and expects a live view (numpy arrays
 are); Gymnasium's own ``Text`` reader returns a frozen tuple, so async observations never change. Ours
-returns :class:`SharedTexts`, a live view whose copy (``AsyncVectorEnv(copy=True)``, the default) is a
+returns `SharedTexts`, a live view whose copy (``AsyncVectorEnv(copy=True)``, the default) is a
 plain tuple of strings. Batching, concatenation and iteration use Gymnasium's ``Text`` rules (a tuple of
 strings), which hold for any string already.
 """

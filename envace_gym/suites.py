@@ -2,9 +2,9 @@
 
 A suite may also be given as a path to a ``.jsonl`` task file. An installed package can add suites through
 the entry-point group ``envace_gym.suites`` (``name = "module:loader"``, a zero-argument callable returning
-a :class:`TaskSuite`), read on the first lookup or listing. A suite may register, beside its loader, a
-cheap ``info`` function (:class:`SuiteInfo`: its domains and task counts by split, e.g. counted from its data
-files): :func:`suite_info` calls it instead of loading the suite, which is what keeps ``envace list`` fast
+a `TaskSuite`), read on the first lookup or listing. A suite may register, beside its loader, a
+cheap ``info`` function (`SuiteInfo`: its domains and task counts by split, e.g. counted from its data
+files): `suite_info` calls it instead of loading the suite, which is what keeps ``envace list`` fast
 (loading every BFCL and tau2 suite takes seconds).
 """
 
@@ -69,7 +69,7 @@ def register_suite(
     overwrite: bool = False,
 ) -> None:
     """Register a zero-argument suite loader (a callable or a lazy ``"module:attr"`` string) and, optionally,
-    a zero-argument ``info`` function that tells the suite's :class:`SuiteInfo` without loading it (it must
+    a zero-argument ``info`` function that tells the suite's `SuiteInfo` without loading it (it must
     agree with ``SuiteInfo.of(loader())``)."""
     _SUITES.register(name, loader, overwrite=overwrite)
     if info is not None:

@@ -1,6 +1,6 @@
 """Tasks and task suites, with a JSON Lines round trip whose errors name the file, line and field.
 
-A :class:`Task` holds everything an episode needs: the user turns, the tool schemas, which registered
+A `Task` holds everything an episode needs: the user turns, the tool schemas, which registered
 backend serves them and from what initial state, the reward bases, and a reference trajectory (the calls
 that solve it, with their real results) used by the oracle, by ``state_match`` and as grounding for
 imagined tool results.
@@ -112,7 +112,7 @@ class Task:
     @cached_property
     def expected_calls(self) -> tuple[dict[str, dict[str, list[Any]]], ...]:
         """``call_match``'s possible answers from the reference calls, built once per task
-        (:func:`envace_gym.rewards.expected_calls_from_reference`)."""
+        (`envace_gym.rewards.expected_calls_from_reference`)."""
         from .rewards import expected_calls_from_reference  # rewards imports tasks only for typing
 
         return tuple(expected_calls_from_reference(self))
@@ -156,7 +156,7 @@ class Task:
 
     @classmethod
     def from_dict(cls, data: Any) -> Task:
-        """Build a task from its dict form; raises :class:`TaskFormatError` naming the bad field."""
+        """Build a task from its dict form; raises `TaskFormatError` naming the bad field."""
         errors = sorted(_TASK_VALIDATOR.iter_errors(data), key=lambda e: (len(e.path), list(e.path)))
         if errors:
             err = errors[0]

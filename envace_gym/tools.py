@@ -1,8 +1,8 @@
 """Tool specifications: JSON Schema for arguments (and optionally results), validated with jsonschema.
 
-A :class:`ToolSpec` can be built from an OpenAI function dict, from a type-hinted Python function with a
+A `ToolSpec` can be built from an OpenAI function dict, from a type-hinted Python function with a
 Google-style docstring, or from the BFCL dialect of JSON Schema. Every consumer (env, policy prompt,
-trainer, evaluation) sees the same OpenAI-format dict from :meth:`ToolSpec.to_openai`.
+trainer, evaluation) sees the same OpenAI-format dict from `ToolSpec.to_openai`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The native vector env: ``gym.make_vec("EnvACE-ToolCall-v0", num_envs=8)``.
 
-:class:`ToolCallVectorEnv` is Gymnasium's ``SyncVectorEnv`` (same spaces, info batching, autoreset modes,
-``reset_mask``), except that one :meth:`~ToolCallVectorEnv.step` steps its envs through
-:func:`~envace_gym.imagination.halfstep.step_envs`: envs whose tool results are imagined by one shared env
+`ToolCallVectorEnv` is Gymnasium's ``SyncVectorEnv`` (same spaces, info batching, autoreset modes,
+``reset_mask``), except that one `step` steps its envs through
+`step_envs`: envs whose tool results are imagined by one shared env
 role (``SelfRehearsalEnv`` wrappers around the same policy) step as half-steps, and the env-role requests of
-the step go to the policy in one ``imagine_batch`` call per round (no thread). :func:`make_vector` is the registration's
+the step go to the policy in one ``imagine_batch`` call per round (no thread). `make_vector` is the registration's
 ``vector_entry_point``; it takes ``gym.make``'s kwargs, plus ``imaginer=`` for imagined backends.
 
 ``gym.make_vec(..., vectorization_mode="sync" | "async")`` uses Gymnasium's own vector envs (no env-role
-batching); async works because :mod:`envace_gym.spaces` registers :class:`~envace_gym.spaces.UnicodeText`
+batching); async works because `envace_gym.spaces` registers `UnicodeText`
 with Gymnasium's shared-memory utilities.
 """
 
@@ -149,11 +149,11 @@ class ToolCallVectorEnv(SyncVectorEnv):
 
 
 class WorkerDiedError(RuntimeError):
-    """A worker process of a :class:`ToolCallAsyncVectorEnv` died; the vector env is closed."""
+    """A worker process of a `ToolCallAsyncVectorEnv` died; the vector env is closed."""
 
 
 class WorkerTimeoutError(RuntimeError):
-    """Workers of a :class:`ToolCallAsyncVectorEnv` did not answer within ``worker_timeout``; they are
+    """Workers of a `ToolCallAsyncVectorEnv` did not answer within ``worker_timeout``; they are
     terminated and the vector env is closed."""
 
 
@@ -177,7 +177,7 @@ def _reports_dead_workers(method: Callable) -> Callable:
 
 def _bounded_wait(method: Callable) -> Callable:
     """A ``*_wait(timeout=None)`` that waits at most ``self.worker_timeout`` by default, and on a timeout
-    terminates the workers (a stuck one cannot be told to stop) and raises :class:`WorkerTimeoutError`."""
+    terminates the workers (a stuck one cannot be told to stop) and raises `WorkerTimeoutError`."""
 
     @functools.wraps(method)
     def run(self: ToolCallAsyncVectorEnv, timeout: float | None = None) -> Any:
@@ -199,12 +199,12 @@ def _bounded_wait(method: Callable) -> Callable:
 class ToolCallAsyncVectorEnv(AsyncVectorEnv):
     """Gymnasium's ``AsyncVectorEnv`` (one process per env, observations in shared memory), except that
 
-    * a worker that dies (killed, out of memory, a crash in native code) raises :class:`WorkerDiedError`
+    * a worker that dies (killed, out of memory, a crash in native code) raises `WorkerDiedError`
       naming the worker, its pid and exit code, and closes the vector env, instead of a bare
       ``BrokenPipeError``/``EOFError`` (Gymnasium's own call never hangs on a dead worker either, but says
       nothing of which worker or why);
     * with ``worker_timeout`` (seconds), a reset, step or call that a worker does not answer in time (a tool
-      stuck in native code, say) raises :class:`WorkerTimeoutError` naming the stuck workers, which are
+      stuck in native code, say) raises `WorkerTimeoutError` naming the stuck workers, which are
       terminated, instead of waiting forever.
 
     Its own ``step`` leaves each worker's env role to that worker (its own copy of the imaginer);
@@ -265,12 +265,12 @@ def make_vector(
             ``imagine_batch`` is sent each step's requests as one batch). Each env is
             ``envace_gym.make_env(env_id, imaginer=imaginer, rehearsal=rehearsal, **env_kwargs)``.
         rehearsal: more ``SelfRehearsalEnv`` kwargs (``grounding``, ``on_invalid``, ``real_fraction``, ...).
-        autoreset_mode, copy: as :class:`ToolCallVectorEnv`.
-        asynchronous: one process per env (:class:`ToolCallAsyncVectorEnv`: dead workers reported clearly),
+        autoreset_mode, copy: as `ToolCallVectorEnv`.
+        asynchronous: one process per env (`ToolCallAsyncVectorEnv`: dead workers reported clearly),
             for slow tools; ``collect`` then batches the env role across the workers (``vec.step`` does not).
             ``gym.make_vec(..., vectorization_mode="async")`` gives Gymnasium's plain ``AsyncVectorEnv`` instead.
         worker_timeout: (``asynchronous``) seconds a worker may take to answer a reset, step or call before
-            the stuck workers are terminated and :class:`WorkerTimeoutError` is raised; None waits forever.
+            the stuck workers are terminated and `WorkerTimeoutError` is raised; None waits forever.
         max_episode_steps: wraps each env in ``TimeLimit`` (as ``gym.make``).
         env_kwargs: ``gym.make``'s kwargs for the single env (``suite``, ``split``, ``backend``, ...).
 

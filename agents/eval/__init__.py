@@ -1,4 +1,4 @@
-"""Evaluation: episode reports (:func:`evaluate`) and the env role's fidelity report."""
+"""Evaluation: episode reports (`evaluate`) and the env role's fidelity report."""
 
 from .evaluate import EpisodeResult, EvalReport, evaluate
 

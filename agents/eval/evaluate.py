@@ -118,7 +118,7 @@ def evaluate(
     desc: str = "eval",
     sampling: SamplingConfig | None = None,
 ) -> EvalReport:
-    """Run ``episodes`` episodes of ``policy`` through :func:`~envace_gym.agents.rollout.loop.collect`.
+    """Run ``episodes`` episodes of ``policy`` through `collect`.
 
     Tasks come from the env's pool in its seeded evaluation order (``env.evaluation_order(episodes, seed)``:
     domains interleaved, each task once before any repeats); episode ``i`` resets with ``seed + i``.

@@ -16,7 +16,7 @@ def plot_by_domain(summary: dict[str, Any], out_png: str | os.PathLike[str]) -> 
     their 95% Wilson intervals into ``out_png``; return the matplotlib ``Figure`` (its first
     ``len(by_domain) + 1`` patches are the bars, in that order).
 
-    ``summary`` is ``envace eval``'s summary (:meth:`~.evaluate.EvalReport.summary` plus ``policy``,
+    ``summary`` is ``envace eval``'s summary (`summary` plus ``policy``,
     ``suite``, ``split`` and ``backend``, which the title names; a missing one is left out).
     """
     # The Agg canvas directly, not pyplot: no global backend switch, no GUI (as the learning curve).

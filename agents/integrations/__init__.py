@@ -1,5 +1,5 @@
-"""Adapters to other RL libraries: TRL's ``GRPOTrainer`` (:mod:`.trl`) and verl's agent loop (:mod:`.verl`),
-both fed the same rows from a trajectory's role tags (:mod:`.rows`).
+"""Adapters to other RL libraries: TRL's ``GRPOTrainer`` (`trl`) and verl's agent loop (`verl`),
+both fed the same rows from a trajectory's role tags (`rows`).
 
 Names load their module on first use, so ``import envace_gym.agents.integrations`` needs neither TRL nor verl.
 """

@@ -1,7 +1,7 @@
 """What the RL-library adapters share: which roles a row trains, and a trajectory cut into one row (the prompt
 tokens, then the completion with its loss mask and logprobs), all from the trajectory's role tags.
 
-TRL calls the mask ``env_mask`` (:mod:`.trl`), verl ``response_mask`` (:mod:`.verl`); both are the same list.
+TRL calls the mask ``env_mask`` (`trl`), verl ``response_mask`` (`verl`); both are the same list.
 """
 
 from __future__ import annotations

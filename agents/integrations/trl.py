@@ -1,12 +1,12 @@
 """TRL's ``GRPOTrainer`` over envace-gym envs: a ``rollout_func`` that runs our episode loop, and an
 ``environment_factory`` adapter.
 
-``make_rollout_func`` plays each TRL prompt (a task id, see :func:`task_dataset`) as one episode of our env
-through :func:`~envace_gym.agents.rollout.collect`, with the trainer's own model wrapped as an
-:class:`~envace_gym.agents.lm.policy.LMPolicy`, against any backend (``real``, ``replay:``, ``mcp:``, or
+``make_rollout_func`` plays each TRL prompt (a task id, see `task_dataset`) as one episode of our env
+through `collect`, with the trainer's own model wrapped as an
+`LMPolicy`, against any backend (``real``, ``replay:``, ``mcp:``, or
 ``self`` / ``self-inline``: imagined by that same model). It returns to TRL the token ids, logprobs and
 ``env_mask`` taken from the trajectory's per-token role tags (exact: nothing is re-tokenized), and the
-episode's reward as the extra key ``envace_reward``, which :func:`env_reward` passes on::
+episode's reward as the extra key ``envace_reward``, which `env_reward` passes on::
 
     rollout = make_rollout_func("EnvACE-ToolCall-v0", backend="real", suite="builtin/bank", max_turns=3)
     trainer = GRPOTrainer(model, reward_funcs=env_reward, args=GRPOConfig(num_generations=4, ...),
@@ -53,7 +53,7 @@ __all__ = [
 def task_dataset(suite: str = "builtin", split: str | None = "train", domain: str | None = None, chat: bool = False):
     """A ``datasets.Dataset`` with one row per task: ``task_id`` and ``prompt``.
 
-    ``prompt`` is the task id (what :func:`make_rollout_func` reads), or with ``chat=True`` the task's opening
+    ``prompt`` is the task id (what `make_rollout_func` reads), or with ``chat=True`` the task's opening
     conversation (system + first user turn), what TRL renders itself under ``environment_factory``.
     """
     from datasets import Dataset
@@ -73,7 +73,7 @@ def task_dataset(suite: str = "builtin", split: str | None = "train", domain: st
 
 
 def env_reward(completions: Sequence[Any] = (), envace_reward: Sequence[float] | None = None, **_: Any) -> list[float]:
-    """A TRL reward function: the episode reward that :func:`make_rollout_func` returned (``envace_reward``)."""
+    """A TRL reward function: the episode reward that `make_rollout_func` returned (``envace_reward``)."""
     if envace_reward is None:
         raise ValueError("env_reward needs the rollout function from make_rollout_func (no 'envace_reward' key)")
     return [float(r) for r in envace_reward]
@@ -82,7 +82,7 @@ def env_reward(completions: Sequence[Any] = (), envace_reward: Sequence[float] |
 # ---------------------------------------------------------------------------------------------- rollout_func
 @dataclass
 class EnvACERolloutFunc:
-    """TRL's ``rollout_func(prompts, trainer) -> dict``; made by :func:`make_rollout_func`.
+    """TRL's ``rollout_func(prompts, trainer) -> dict``; made by `make_rollout_func`.
 
     Each prompt is a task id; TRL's sampler already repeats each one ``num_generations`` times in a row, and
     the rows come back in the prompts' order, so TRL's groups are the task's episodes. ``last`` holds the
@@ -108,7 +108,7 @@ class EnvACERolloutFunc:
         return trained_roles(self.backend, self.train_env_role, "TRL")
 
     def policy(self, trainer: Any) -> LMPolicy:
-        """The trainer's model as an :class:`LMPolicy` (the same weights, so rollouts follow the updates)."""
+        """The trainer's model as an `LMPolicy` (the same weights, so rollouts follow the updates)."""
         model = trainer.accelerator.unwrap_model(trainer.model)
         if self._policy is None or self._policy.model is not model:
             self._policy = LMPolicy(model, trainer.processing_class, name="trl")
@@ -208,7 +208,7 @@ _JSON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, 
 class EnvACEToolEnv:
     """One episode of an envace-gym env for TRL's ``environment_factory``: each public method is a tool.
 
-    A subclass with the tools as methods is made by :func:`make_environment_factory`; ``reset(task_id=...)``
+    A subclass with the tools as methods is made by `make_environment_factory`; ``reset(task_id=...)``
     starts the task, a tool call is one env step (one assistant message with that call), ``get_reward()``
     ends the episode if it is still open and returns its reward.
     """

@@ -1,13 +1,13 @@
-"""verl's multi-turn agent loop over envace-gym envs: :class:`EnvACEAgentLoop`, registered as ``"envace"``.
+"""verl's multi-turn agent loop over envace-gym envs: `EnvACEAgentLoop`, registered as ``"envace"``.
 
 verl (0.9) runs one ``AgentLoopBase.run`` coroutine per dataset row and sends every generation to its rollout
-servers (vLLM or SGLang, behind ``server_manager.generate``). :class:`EnvACEAgentLoop` plays the row's task as
-one episode of our env through :func:`~envace_gym.agents.rollout.collect`, the one episode loop, with a policy
-whose engine is that server manager (:class:`ServerEngine`), against any backend: ``real``, ``replay:``,
+servers (vLLM or SGLang, behind ``server_manager.generate``). `EnvACEAgentLoop` plays the row's task as
+one episode of our env through `collect`, the one episode loop, with a policy
+whose engine is that server manager (`ServerEngine`), against any backend: ``real``, ``replay:``,
 ``mcp:``, or ``self`` / ``self-inline`` (tool results imagined by the same served model). It returns verl's
 ``AgentLoopOutput``: the token ids exactly as sampled (nothing is re-tokenized), ``response_mask`` from the
 trajectory's role tags (1 on the actor's tokens, 0 on tool results, user turns and the inline env role's
-answers, unless ``train_env_role``: the same rows TRL gets, :mod:`.rows`), and the env's reward as
+answers, unless ``train_env_role``: the same rows TRL gets, `rows`), and the env's reward as
 ``reward_score``.
 
 verl builds the loop from an agent-loop config file (``examples/verl/agent_loops.yaml``)::
@@ -17,7 +17,7 @@ verl builds the loop from an agent-loop config file (``examples/verl/agent_loops
       backend: real
       env_kwargs: {suite: builtin/bank, max_turns: 4}
 
-and each dataset row (:func:`verl_dataset` writes them) names its task: ``task_id``, and optionally ``suite``.
+and each dataset row (`verl_dataset` writes them) names its task: ``task_id``, and optionally ``suite``.
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ EPISODE_THREADS = 512
 
 
 class ServerEngine(_EngineBase):
-    """An :class:`~envace_gym.agents.lm.protocols.Engine` that generates through verl's server manager.
+    """An `Engine` that generates through verl's server manager.
 
-    :func:`~envace_gym.agents.rollout.collect` is synchronous, so the agent loop runs it in a worker thread;
+    `collect` is synchronous, so the agent loop runs it in a worker thread;
     each ``generate`` hands its requests to the agent loop's event loop (``loop``) and waits for them there,
     all prompts of a call at once. Every request carries ``request_id``, verl's sticky session (one episode,
     one server, whose prefix cache stands in for our per-conversation KV caches). The server is expected to
@@ -144,8 +144,8 @@ class ServerEngine(_EngineBase):
 
 
 class ServerPolicy(LMPolicy):
-    """An :class:`LMPolicy` whose weights live on verl's rollout servers: it renders and encodes prompts with
-    the served model's tokenizer and generates through a :class:`ServerEngine`; ``max_context`` is verl's
+    """An `LMPolicy` whose weights live on verl's rollout servers: it renders and encodes prompts with
+    the served model's tokenizer and generates through a `ServerEngine`; ``max_context`` is verl's
     sequence budget (``rollout.prompt_length + rollout.response_length``). There is no local model."""
 
     def __init__(self, tokenizer: Any, engine: ServerEngine, sampling: SamplingConfig, max_context: int) -> None:
@@ -282,7 +282,7 @@ class EnvACEAgentLoop(AgentLoopBase):
 
 @functools.cache
 def _episode_threads() -> ThreadPoolExecutor:
-    """The threads episodes run in (started on demand, up to :data:`EPISODE_THREADS`): asyncio's default
+    """The threads episodes run in (started on demand, up to `EPISODE_THREADS`): asyncio's default
     executor has a few per CPU core, which would cap how many episodes wait on the servers at once."""
     return ThreadPoolExecutor(max_workers=EPISODE_THREADS, thread_name_prefix="envace-verl")
 

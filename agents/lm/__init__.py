@@ -1,7 +1,7 @@
-"""The language-model side: :class:`LMPolicy` (actor and env role), its engines, chat rendering, model loading.
+"""The language-model side: `LMPolicy` (actor and env role), its engines, chat rendering, model loading.
 
 torch and transformers load on first use of a name below, so the episode loop (which needs only
-:mod:`.chat`) runs scripted policies without them.
+`chat`) runs scripted policies without them.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 The conversation is rendered with the tokenizer's chat template. When the template takes ``tools=``, the
 schemas go there; otherwise (SmolLM2's template has no tool support) a Hermes-style ``<tools>`` block is
-added to the system message, telling the model the call format that :mod:`envace_gym.calls` parses.
+added to the system message, telling the model the call format that `envace_gym.calls` parses.
 
-A :class:`TokenStream` holds the token ids of one conversation with a role tag per token. New messages are
+A `TokenStream` holds the token ids of one conversation with a role tag per token. New messages are
 appended as the *text difference* between successive renders, so the tokens the policy generated are kept
 exactly as sampled (re-tokenising generated text need not give the same ids).
 """
@@ -145,7 +145,7 @@ class ChatFormat:
 
     def spells_control_token(self, text: str) -> bool:
         """Whether ``text``, less the control tokens it may end with (its end of turn), spells one: such text
-        renders escaped (:meth:`escape`), so tokens sampled for it cannot stand in the stream as they are."""
+        renders escaped (`escape`), so tokens sampled for it cannot stand in the stream as they are."""
         body, trimmed = text.rstrip(), True
         while trimmed:
             trimmed = False

@@ -1,6 +1,6 @@
 """One episode's conversation as an LM policy acts in it (the rollout loop keeps one per env).
 
-:class:`Conversation` owns what the LM side of a rollout does to the tokens: it encodes the prompt, takes
+`Conversation` owns what the LM side of a rollout does to the tokens: it encodes the prompt, takes
 the actor's sampled tokens, commits a message a hook chose instead, splices the env role's inline answers in
 where they continue the actor's own tokens, and re-renders what the env added since. The loop never touches
 a token itself.
@@ -50,7 +50,7 @@ class Conversation:
 
     def commit(self, messages: list[dict[str, Any]], text: str) -> None:
         """A message a hook chose instead of one the policy generates: the actor tokens of an assistant
-        message of ``text`` (:func:`~.chat.assistant_text`), with logprobs 0.0."""
+        message of ``text`` (`assistant_text`), with logprobs 0.0."""
         chosen = [*messages, {"role": "assistant", "content": text}]
         actor_text = assistant_text(self.policy.chat, chosen, self.tools, self.stream.text)
         self.stream.extend(self.policy.chat.encode(actor_text), "actor", actor_text)
@@ -61,7 +61,7 @@ class Conversation:
 
     def splice(self, samples: Sequence[EnvRoleSample]) -> None:
         """The step's inline env-role answers continue the stream as generated, up to one that does not (the
-        next :meth:`render` then encodes the rest)."""
+        next `render` then encodes the rest)."""
         for sample in samples:
             if sample.mode == "inline" and sample.valid and not _splice_inline(self.stream, sample, self.policy.chat):
                 return

@@ -14,7 +14,7 @@ DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 def resolve_device(device: str | torch.device = "auto", what: str = "device") -> torch.device:
     """The torch device that ``device`` names; ``what`` names the setting in the error (``--device``).
 
-    Raises ``ValueError`` (one line) for a name outside :data:`DEVICE_CHOICES` and for ``cuda`` where
+    Raises ``ValueError`` (one line) for a name outside `DEVICE_CHOICES` and for ``cuda`` where
     ``torch.cuda.is_available()`` is false or the index is past the last GPU."""
     if isinstance(device, torch.device):
         if device.type == "cpu":  # accelerate's device on the CPU is cpu:0 (index 0), which names no setting

@@ -1,6 +1,6 @@
 """Generation engines: batched sampling with exact per-token logprobs and KV-cache reuse across turns.
 
-:class:`HFEngine` runs any transformers causal LM with its own decoding loop (not ``model.generate``) so
+`HFEngine` runs any transformers causal LM with its own decoding loop (not ``model.generate``) so
 that it can (1) record the log-probability of every sampled token under the sampling distribution, and
 (2) keep each conversation's KV cache between turns: the next turn of a conversation encodes only the
 tokens added since its last generation (tool results, the next user message), in one batched forward
@@ -78,7 +78,7 @@ class Generation:
 
 
 class _EngineBase:
-    """The :class:`~.protocols.Engine` fields the engines here share: the tokenizer, the tokens that end a
+    """The `Engine` fields the engines here share: the tokenizer, the tokens that end a
     turn (default: EOS and ``<|im_end|>`` if the tokenizer has it), the pad id and the token counters. No
     caches by default."""
 

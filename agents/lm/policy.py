@@ -46,12 +46,12 @@ class LMPolicy:
     Args:
         model: the causal LM (its weights are what training updates).
         tokenizer: its tokenizer, with a chat template.
-        sampling: default sampling settings for :meth:`act` and :meth:`imagine`.
+        sampling: default sampling settings for `act` and `imagine`.
         name: how reports refer to this policy.
-        engine: a generation engine (an :class:`~.protocols.Engine`); default :class:`HFEngine` over ``model``.
+        engine: a generation engine (an `Engine`); default `HFEngine` over ``model``.
     """
 
-    #: What makes it an LM policy for the episode loop (see :func:`~.protocols.is_lm_policy`).
+    #: What makes it an LM policy for the episode loop (see `is_lm_policy`).
     drives_engine = True
 
     def __init__(
@@ -83,7 +83,7 @@ class LMPolicy:
         bf16: bool | str = "auto",
         engine: str = "hf",
     ) -> LMPolicy:
-        """``default`` | ``tiny`` | ``ckpt:DIR`` | ``hf:PATH_OR_ID`` | ``gguf:PATH`` (see :mod:`.models`).
+        """``default`` | ``tiny`` | ``ckpt:DIR`` | ``hf:PATH_OR_ID`` | ``gguf:PATH`` (see `models`).
 
         ``bf16="auto"`` decodes under bfloat16 autocast where the CPU supports it natively (the tiny test
         model always runs in float32). ``engine="vllm"`` generates with vLLM (GPU only; the transformers
@@ -204,7 +204,7 @@ class LMPolicy:
 
     def reseed(self, seed: int) -> None:
         """Restart the env role's sampling stream at ``seed`` (the actor's stream is seeded per
-        :func:`~envace_gym.agents.rollout.collect` call), e.g. at each training step, so a resumed run draws
+        `collect` call), e.g. at each training step, so a resumed run draws
         what an uninterrupted one did."""
         self._env_role_rng = torch.Generator().manual_seed(seed + 1)
 
@@ -245,6 +245,6 @@ def _env_role_answer(gen: Generation, prompt_text: str, closing: str) -> Generat
 
 
 def tiny_policy(seed: int = 0, sampling: SamplingConfig | None = None, layers: int = 2, hidden: int = 64) -> LMPolicy:
-    """An :class:`LMPolicy` over :func:`~.models.tiny_model` (random weights, real tokenizer), float32."""
+    """An `LMPolicy` over `tiny_model` (random weights, real tokenizer), float32."""
     model, tok = tiny_model(seed, layers, hidden)
     return LMPolicy(model, tok, sampling or SamplingConfig(temperature=1.0, max_new_tokens=24, seed=seed), name="tiny")

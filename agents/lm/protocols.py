@@ -1,5 +1,5 @@
-"""The seams of the policy side, as protocols: what a generation engine offers (:class:`Engine`), what
-makes a policy an LM policy (:class:`LMPolicyLike`) and what a text policy offers (:class:`TextPolicy`).
+"""The seams of the policy side, as protocols: what a generation engine offers (`Engine`), what
+makes a policy an LM policy (`LMPolicyLike`) and what a text policy offers (`TextPolicy`).
 No torch here: the episode loop checks a policy without loading it."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ __all__ = ["Engine", "WeightSyncingEngine", "LMPolicyLike", "TextPolicy", "is_lm
 
 @runtime_checkable
 class Engine(Protocol):
-    """What :class:`~.policy.LMPolicy` generates through: batched continuation of token-id prompts, with
-    the logprob of every sampled token. :class:`~.engine.HFEngine` and :class:`~.engine.VLLMEngine`
+    """What `LMPolicy` generates through: batched continuation of token-id prompts, with
+    the logprob of every sampled token. `HFEngine` and `VLLMEngine`
     implement it."""
 
     tokenizer: Any
@@ -60,8 +60,8 @@ class WeightSyncingEngine(Engine, Protocol):
 class LMPolicyLike(Protocol):
     """A policy that works on tokens: the rollout loop encodes its prompts and drives its engine itself
     (one batched call for all envs), where a text policy gets ``act(obs, info)`` per env.
-    :class:`~.policy.LMPolicy` is one. A class says it is one with the class attribute ``drives_engine =
-    True`` (see :func:`is_lm_policy`)."""
+    `LMPolicy` is one. A class says it is one with the class attribute ``drives_engine =
+    True`` (see `is_lm_policy`)."""
 
     drives_engine: bool
 
@@ -81,7 +81,7 @@ class LMPolicyLike(Protocol):
 
 class TextPolicy(Protocol):
     """A policy over text. It keeps per-episode state, so the episode loop
-    (:func:`~envace_gym.agents.rollout.loop.collect`) takes one per env: ``collect([env], policy, ...)`` or
+    (`collect`) takes one per env: ``collect([env], policy, ...)`` or
     ``collect(envs, [OraclePolicy(suite) for _ in envs], ...)``."""
 
     def reset(self) -> None: ...
@@ -90,8 +90,8 @@ class TextPolicy(Protocol):
 
 
 def is_lm_policy(policy: Any) -> bool:
-    """Whether ``policy`` is driven through its engine (:class:`LMPolicyLike`) rather than acting on text:
+    """Whether ``policy`` is driven through its engine (`LMPolicyLike`) rather than acting on text:
     its class declares ``drives_engine = True``. Read from the class, not the instance, so the answer is the
     same on every Python and an object that forwards attributes cannot pass for a policy it holds (hooks are
-    held explicitly: :class:`~envace_gym.agents.rollout.PolicyHooks`)."""
+    held explicitly: `PolicyHooks`)."""
     return getattr(type(policy), "drives_engine", False) is True

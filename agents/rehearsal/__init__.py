@@ -1,11 +1,11 @@
 """Test-time private rehearsal: rehearse a task in imagination within a budget, then act for real.
 
-* :mod:`.private`: :class:`PrivateRehearsal`, a policy that wraps a policy and rehearses before it acts:
+* `private`: `PrivateRehearsal`, a policy that wraps a policy and rehearses before it acts:
   ``use="memory"`` (it reads a memory of its rehearsals) or ``use="select"`` (before every turn it commits
   the first message of the rehearsal it chose, by agreement or by its own verdict);
-* :mod:`.verify`: :class:`VerifiedCalls`, a policy whose state-changing calls its env role predicts before
+* `verify`: `VerifiedCalls`, a policy whose state-changing calls its env role predicts before
   they are sent for real; a call predicted to fail is revised once;
-* :mod:`.memory`: the deterministic condensation of rehearsals into a bounded memory note, and of a
+* `memory`: the deterministic condensation of rehearsals into a bounded memory note, and of a
   rehearsal's first message into what select mode compares.
 """
 

@@ -1,11 +1,11 @@
 """Rehearsal memory: what imagined episodes leave for the agent's real attempt, condensed deterministically.
 
-:func:`condense` reads one rehearsal's own messages (those after the state it started from) into a
-:class:`RehearsalOutcome`: the calls tried in order, what came back (clipped), which calls the
+`condense` reads one rehearsal's own messages (those after the state it started from) into a
+`RehearsalOutcome`: the calls tried in order, what came back (clipped), which calls the
 deterministic checks rejected (a malformed call, an unknown tool, arguments outside the schema: these fail
-for real too), and the final answer. :func:`render_memory` writes outcomes as a short note bounded by a
-token budget. :func:`first_step` reads a rehearsal's first message alone (what select mode commits), and
-:func:`outcome_line` writes one rehearsal as a line (the memory's and the judge prompt's). Nothing here reads a
+for real too), and the final answer. `render_memory` writes outcomes as a short note bounded by a
+token budget. `first_step` reads a rehearsal's first message alone (what select mode commits), and
+`outcome_line` writes one rehearsal as a line (the memory's and the judge prompt's). Nothing here reads a
 task: a rehearsal's messages are all it knows.
 """
 
@@ -107,7 +107,7 @@ def predicted_error(value: Any) -> tuple[str, str] | None:
 
 
 def condense(messages: Sequence[dict[str, Any]], start: int, truncated: bool = False) -> RehearsalOutcome:
-    """The :class:`RehearsalOutcome` of a finished rehearsal whose conversation is ``messages``; its own part
+    """The `RehearsalOutcome` of a finished rehearsal whose conversation is ``messages``; its own part
     begins at index ``start`` (the messages before are the state it was forked from)."""
     out = RehearsalOutcome()
     results: dict[str, dict[str, Any]] = {
@@ -148,7 +148,7 @@ def condense(messages: Sequence[dict[str, Any]], start: int, truncated: bool = F
 def first_step(messages: Sequence[dict[str, Any]], start: int) -> tuple[str, RehearsalOutcome] | None:
     """A rehearsal's first assistant message after ``start`` (its text as generated) and the outcome of that
     one step: its calls with what came back (format errors included), or its answer. Two rehearsals agree on
-    it when the outcomes' :meth:`~RehearsalOutcome.plan` match. None when the rehearsal wrote no message."""
+    it when the outcomes' `plan` match. None when the rehearsal wrote no message."""
     first = next((i for i in range(start, len(messages)) if messages[i].get("role") == "assistant"), None)
     if first is None:
         return None

@@ -1,12 +1,12 @@
 """``PrivateRehearsal``: rehearse in imagination within a budget, then act for real.
 
 EnvACE's test-time claim: a policy whose weights also hold a world model can rehearse the task privately (imagining
-the tool results itself) before it commits to real calls. :class:`PrivateRehearsal` holds a policy and adds hooks to
-it (a :class:`~envace_gym.agents.rollout.PolicyHooks`): :func:`~envace_gym.agents.rollout.collect`, ``evaluate`` and
+the tool results itself) before it commits to real calls. `PrivateRehearsal` holds a policy and adds hooks to
+it (a `PolicyHooks`): `collect`, ``evaluate`` and
 ``envace eval`` take it where they take a policy. Through ``collect``'s ``prepare_turns`` hook, before the committed
 episode's first turn (and, with ``each_user_turn``, before every later user turn) it
 
-1. forks each env at its current state into a :class:`~envace_gym.imagination.RehearsalFork` (the task made
+1. forks each env at its current state into a `RehearsalFork` (the task made
    blind: no reference, no reward bases, no metadata but a schedule the env keeps, BFCL's ``holdout``; the
    real backend neither copied nor called; where the user is part of the world, tau2, ``user`` plays it
    from the conversation the agent saw) wrapped in ``SelfRehearsalEnv(..., grounding="none")``, so the env
@@ -15,7 +15,7 @@ episode's first turn (and, with ``each_user_turn``, before every later user turn
    so the rollout engine batches them) or ``sequential`` (rehearsal k sees the memory of 1..k-1);
    ``budget="adaptive"`` rehearses until two rehearsals agree on the plan (calls by name and arguments in
    order, and the final answer) or ``max_budget`` is spent;
-3. condenses them (:mod:`.memory`; deterministic, or ``memory="summary"``: the policy summarises that) into
+3. condenses them (`memory`; deterministic, or ``memory="summary"``: the policy summarises that) into
    a note bounded by ``memory_tokens``, which the committed episode's policy sees as a system message (a
    text policy: ``info["note"]``). The env never sees it.
 
@@ -140,7 +140,7 @@ class PrivateRehearsal(PolicyHooks):
         mode: ``"parallel"`` (independent rehearsals, batched) or ``"sequential"`` (each sees the memory of
             the ones before).
         max_budget: the most rehearsals ``budget="adaptive"`` plays.
-        memory: ``"deterministic"`` (:func:`~.memory.render_memory`) or ``"summary"`` (an LM policy summarises
+        memory: ``"deterministic"`` (`render_memory`) or ``"summary"`` (an LM policy summarises
             the deterministic memory; the summary is bounded the same way).
         memory_tokens: the memory note's bound, counted with the policy's tokenizer (a text policy: about 4
             characters a token).
@@ -148,7 +148,7 @@ class PrivateRehearsal(PolicyHooks):
             policy itself (world rehearsal). Required for a text policy.
         user: who plays the user in rehearsal where the user is part of the world (tau2, whose simulator
             reads the task's scenario): anything with ``act(messages, tools)``, shown only the conversation
-            the agent saw (see :class:`~envace_gym.imagination.ImaginedUser`); default: the policy itself (an
+            the agent saw (see `ImaginedUser`); default: the policy itself (an
             LM policy). Its tokens count in ``rehearsal_tokens`` (and ``user_tokens``). Envs with scripted
             user turns do not use it.
         env_role_mode: ``"prompted"`` (the paper's simulator prompt) or ``"inline"``.
@@ -500,7 +500,7 @@ def _candidates(played: Sequence[Trajectory], start: int) -> list[tuple[int, str
 
 
 def _draft_plan(text: str, tools: Sequence[Any]) -> tuple | None:
-    """The plan of a message not yet sent (as :func:`~.memory.first_step` would read it once run), or None where
+    """The plan of a message not yet sent (as `first_step` would read it once run), or None where
     it would fail for real whatever comes back: it does not parse, or it calls an undeclared tool."""
     parsed = parse_calls(text, tool_names_of(tools))
     if parsed.errors or any(call.name not in tool_names_of(tools) for call in parsed.calls):

@@ -1,8 +1,8 @@
 """``VerifiedCalls``: the env role as a verifier. Before a state-changing call is sent for real, the policy's
 own env role predicts its result; a message whose call is predicted to fail is revised once.
 
-Hooks on a policy it holds (a :class:`~envace_gym.agents.rollout.PolicyHooks`, like
-:class:`~.private.PrivateRehearsal`). Through ``collect``'s ``choose_actions`` hook, before every actor turn
+Hooks on a policy it holds (a `PolicyHooks`, like
+`PrivateRehearsal`). Through ``collect``'s ``choose_actions`` hook, before every actor turn
 of the committed episode:
 
 1. the policy drafts its message as it would: one batched generation for all envs, from each env's
@@ -10,14 +10,14 @@ of the committed episode:
    it) at the rollout's sampling (the hook's ``TurnContext``: a ``sampling=`` given to ``collect``, else
    ``policy.sampling``);
 2. the draft is parsed as the env parses it (``parse_calls``, at most the env's ``max_calls_per_step``
-   calls). Each call that is **state-changing** (:func:`is_read_only`) and passes the deterministic checks
+   calls). Each call that is **state-changing** (`is_read_only`) and passes the deterministic checks
    (a call they reject changes nothing and the env reports it anyway) is predicted by the env role, from
-   the request an :class:`~envace_gym.imagination.ImaginedBackend` builds for it (the prompted simulator
+   the request an `ImaginedBackend` builds for it (the prompted simulator
    prompt, exactly as an imagined call of the env is asked, over the task made blind and without
    reference examples: nothing of the reference reaches it). Each call is predicted from the conversation
    up to and including the draft, without the results of the draft's other calls (they have not run).
    All envs' requests go out in one ``imagine_batch`` call;
-3. a prediction that is an error (:func:`predicted_error`: the env's ``{"error": {"code", "message"}}``,
+3. a prediction that is an error (`predicted_error`: the env's ``{"error": {"code", "message"}}``,
    or ``{"error": "<text>"}``) **fires** the verifier: the policy writes its message again, once, from its
    conversation, its draft and a private note (``revise_prompt``: the predicted errors) as a system message;
    the revised message is committed as it is, unverified (at most one revision per turn). Otherwise (no
@@ -34,7 +34,7 @@ revision would not fit the context, ``too_long``.
 
 **Which calls are state-changing.** Tool specs here carry no side-effect flag, so the rule is: an explicit
 MCP-style annotation in the tool's schema wins (``{"annotations": {"readOnlyHint": true|false}}``, on the
-schema or its ``function``); otherwise a tool whose name starts with a read verb (:data:`READ_ONLY_PREFIXES`:
+schema or its ``function``); otherwise a tool whose name starts with a read verb (`READ_ONLY_PREFIXES`:
 ``get_``, ``find_``, ``list_``, ``search_``...) is read-only, and every other tool is state-changing. Read-only
 calls are not verified: they are harmless to run, and their real result tells the agent more than a
 prediction. The heuristic errs towards verifying (a read-only tool with another name, such as the bank's
@@ -105,7 +105,7 @@ class VerifiedCalls(PolicyHooks):
         revise_prompt: the private note the policy revises from; ``{errors}`` is replaced by one line per
             predicted failure (``name(arguments) -> code: message``).
         read_only: ``(tool name, OpenAI schema or None) -> bool``: calls it calls read-only are not verified;
-            default :func:`is_read_only`.
+            default `is_read_only`.
     """
 
     def __init__(

@@ -1,5 +1,5 @@
-"""Rollouts: the one episode loop over a batch of envs and :class:`Trajectory` (the envs' half-steps, whose
-env-role requests the loop answers in batches, live in :mod:`envace_gym.imagination.halfstep`, shared with the
+"""Rollouts: the one episode loop over a batch of envs and `Trajectory` (the envs' half-steps, whose
+env-role requests the loop answers in batches, live in `envace_gym.imagination.halfstep`, shared with the
 native vector env)."""
 
 from .hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext

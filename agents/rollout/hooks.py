@@ -1,10 +1,10 @@
-"""What a policy may add to :func:`~envace_gym.agents.rollout.collect`'s loop: hooks, held by an explicit
+"""What a policy may add to `collect`'s loop: hooks, held by an explicit
 object beside the policy that acts.
 
-A :class:`PolicyHooks` holds ``policy`` (the policy the loop drives: an LM policy's engine, or a text
+A `PolicyHooks` holds ``policy`` (the policy the loop drives: an LM policy's engine, or a text
 policy's ``act``) and overrides either hook; test-time rehearsal, the call verifier and the trainer's
 per-group rehearsal are such objects. Nothing is forwarded by attribute: the loop reads ``hooks.policy`` for
-acting and calls the hooks it overrides, each with a :class:`TurnContext` that carries the rollout's
+acting and calls the hooks it overrides, each with a `TurnContext` that carries the rollout's
 sampling (a hook that generates uses it, not the policy's own default).
 """
 
@@ -24,7 +24,7 @@ __all__ = ["PolicyChoice", "PolicyHooks", "PolicyNote", "TurnContext"]
 
 @dataclass
 class PolicyNote:
-    """What a policy's ``prepare_turns`` hook adds before it acts on a new user turn (see :func:`collect`):
+    """What a policy's ``prepare_turns`` hook adds before it acts on a new user turn (see `collect`):
     ``text``, which the policy sees and the env never does, and ``stats``, kept with the text on the
     trajectory (``trajectory.notes``). Test-time private rehearsal gives its rehearsal memory this way."""
 
@@ -34,7 +34,7 @@ class PolicyNote:
 
 @dataclass
 class PolicyChoice:
-    """What a policy's ``choose_actions`` hook decides before an actor turn (see :func:`collect`): ``action``,
+    """What a policy's ``choose_actions`` hook decides before an actor turn (see `collect`): ``action``,
     committed as the actor's message instead of one the policy generates (None: it acts as usual), and
     ``stats``, kept on the trajectory as a note without text (``trajectory.notes``), which nobody is shown.
     Test-time private rehearsal in select mode commits the first message of the rehearsal it chose this way."""
@@ -55,18 +55,18 @@ class TurnContext:
 class PolicyHooks:
     """Base class of an object that adds hooks to the policy it holds (``policy``, the one that acts).
 
-    Override either hook; :func:`overrides` tells the loop which ones to call. ``name`` names the
+    Override either hook; `overrides` tells the loop which ones to call. ``name`` names the
     trajectories it plays (default: the policy's).
 
     * ``prepare_turns(envs, infos, ctx) -> list[PolicyNote | None]``: called at each env's first turn and at
       every later user turn, for the envs that reached one (one call for the batch; a text policy: its own
-      env). A :class:`PolicyNote`'s text is shown to the policy from then on, as a system message where it was
+      env). A `PolicyNote`'s text is shown to the policy from then on, as a system message where it was
       given (a text policy: ``info["note"]``); the env never sees it. Test-time private rehearsal gives its
       memory this way.
     * ``choose_actions(envs, observations, infos, ctx) -> list[PolicyChoice | None]``: called before every
-      actor turn, for the active envs. A :class:`PolicyChoice` with an ``action`` commits that text as the
+      actor turn, for the active envs. A `PolicyChoice` with an ``action`` commits that text as the
       env's actor message instead of generating it (an LM policy: encoded as the actor tokens of an assistant
-      message of that text, :func:`~envace_gym.agents.lm.chat.assistant_text`, with logprobs 0.0; a text
+      message of that text, `assistant_text`, with logprobs 0.0; a text
       policy's ``act`` is skipped); its ``stats`` go onto ``trajectory.notes`` as a note without text, shown
       to nobody. Private rehearsal in select mode commits its chosen rehearsal's first message this way.
     """

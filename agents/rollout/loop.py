@@ -1,31 +1,31 @@
-"""The one episode loop: every episode, of a scripted or a language-model policy, runs through :func:`collect`.
+"""The one episode loop: every episode, of a scripted or a language-model policy, runs through `collect`.
 
-:func:`collect` steps a batch of envs in lockstep. What acts is either
+`collect` steps a batch of envs in lockstep. What acts is either
 
-* an **LM policy** (:class:`~envace_gym.agents.lm.policy.LMPolicy`): one batched engine call per step for
-  all envs. Every env's :class:`~envace_gym.agents.lm.conversation.Conversation` keeps its role-tagged
+* an **LM policy** (`LMPolicy`): one batched engine call per step for
+  all envs. Every env's `Conversation` keeps its role-tagged
   tokens (and the engine keeps its KV cache between turns, so a turn encodes only the tokens that the env
   added: tool results, the next user message); or
-* **text policies** (:class:`~envace_gym.agents.lm.protocols.TextPolicy`: ``reset()``, ``act(obs, info)``), one
+* **text policies** (`TextPolicy`: ``reset()``, ``act(obs, info)``), one
   instance per env since they keep per-episode state: a single one for a single env, else a list with one
   per env. Their trajectories carry no tokens.
 
-One loop (:func:`_play`) serves both, reading top to bottom: act, step, record; what differs between them
+One loop (`_play`) serves both, reading top to bottom: act, step, record; what differs between them
 (how a turn is produced, what is kept of its tokens) is behind two small classes, ``_LMActors`` and
 ``_TextActors``.
 
-Either way the result is a list of :class:`Trajectory`: the :class:`EpisodeResult` (reward, success, call
+Either way the result is a list of `Trajectory`: the `EpisodeResult` (reward, success, call
 counts, messages) and, for an LM policy, the token-level record: token ids with a role per token, the
 logprobs that generated them, the env-role samples. TRL (``env_mask``), verl (``response_mask``) and our
-trainer read the same record. :func:`~envace_gym.agents.eval.evaluate.evaluate` and
-:func:`~envace_gym.agents.scripted.play_episode` are thin calls of :func:`collect`.
+trainer read the same record. `evaluate` and
+`play_episode` are thin calls of `collect`.
 
 **The env role is a half-step the loop drives.** Each step, every env begins its step (``halfstep.begin_step``
 through its action wrappers to ``ToolCallEnv.begin_step``: parse, checks, real calls) and hands back its imagined
 calls as requests; the loop answers all of them in one engine call per round (``imagine_batch``, with
 ``env_role_sampling`` passed in, never set on the policy), an inline request continuing the actor's token stream
 that the loop holds, and each env ends its step through its wrappers (``env.step(action)``, the same action); a
-process vector env's workers do the same, so the env role is batched across processes too (:mod:`.remote`). We chose
+process vector env's workers do the same, so the env role is batched across processes too (`remote`). We chose
 this over an asyncio design (an episode coroutine per env, with one engine scheduler batching actor and env-role
 requests): the env's hooks (``on_calls``, ``on_answer``, benchmark envs' overrides) and its backends are
 synchronous, and an asyncio loop would need them all async (or threads again) to suspend at an imagined call; the
@@ -113,7 +113,7 @@ def _from_episode(name: str) -> property:
 
 @dataclass
 class Trajectory:
-    """One episode: its :class:`EpisodeResult` (``episode``) and the token-level record of an LM policy.
+    """One episode: its `EpisodeResult` (``episode``) and the token-level record of an LM policy.
 
     ``roles[i]`` tags ``token_ids[i]`` (``prompt``/``actor``/``external``/``env_role``/``user``);
     ``logprobs[i]`` is the logprob that generated it (0.0 for tokens nobody sampled). The episode's fields
@@ -122,13 +122,13 @@ class Trajectory:
 
     **Env-role tokens are trained from one place only.** An inline env role (``SelfRehearsalEnv(...,
     mode="inline")``) writes each tool result inside the actor's own context, so its answer is recorded twice:
-    spliced into ``token_ids`` tagged ``env_role`` (with its logprobs), and as an :class:`EnvRoleSample` in
+    spliced into ``token_ids`` tagged ``env_role`` (with its logprobs), and as an `EnvRoleSample` in
     ``env_role_samples``. The rule:
 
     * env-role training samples come **only** from ``env_role_samples``: each one RL sample with its own
       prompt (``prompt_ids``) and completion (``completion_ids``, ``logprobs``), for either mode;
     * ``env_role``-tagged tokens in ``token_ids`` are **context for the actor**, like ``external`` tool
-      results: masked out of the actor's loss (:meth:`actor_mask`) and never trained from the stream.
+      results: masked out of the actor's loss (`actor_mask`) and never trained from the stream.
 
     So a trainer that trains the actor on ``actor_mask()`` and the env role on ``env_role_samples`` counts
     every generated token exactly once.
@@ -183,7 +183,7 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
-        """Read :meth:`to_dict`'s record (or the former flat one, the episode's fields at the top level)."""
+        """Read `to_dict`'s record (or the former flat one, the episode's fields at the top level)."""
         data = dict(data)
         if "episode" in data:
             episode = EpisodeResult(**data.pop("episode"))
@@ -210,7 +210,7 @@ def save_trajectories(trajectories: Iterable[Trajectory], path: str | Path) -> P
 
 
 def load_trajectories(path: str | Path) -> list[Trajectory]:
-    """Read :func:`save_trajectories`' file; a bad line raises ``ValueError("file:line: ...")``, a torn last
+    """Read `save_trajectories`' file; a bad line raises ``ValueError("file:line: ...")``, a torn last
     line (a write a killed run did not finish) is skipped with a warning."""
     out = []
     for lineno, record in read_jsonl(path):  # a torn last line (a killed run) is skipped with a warning
@@ -271,9 +271,9 @@ class _Slot:
 def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> tuple[list[gym.Env | RemoteEnv], EnvGroup]:
     """The envs to play and the group that steps them: a list as given, or the sub-envs of a vector env that
     steps them in this process (``gym.make_vec("EnvACE-ToolCall-v0")``'s native ``ToolCallVectorEnv``, or a
-    ``SyncVectorEnv``), stepped directly (:class:`~envace_gym.imagination.halfstep.LocalEnvs`); or stand-ins
+    ``SyncVectorEnv``), stepped directly (`LocalEnvs`); or stand-ins
     for the sub-envs of any other vector env (``AsyncVectorEnv``), driven through its batch API
-    (:class:`~.remote.RemoteEnvs`)."""
+    (`RemoteEnvs`)."""
     if isinstance(envs, gym.vector.SyncVectorEnv):
         env_list = list(envs.envs)  # stepped directly: conversations need per-env control of resets
     elif isinstance(envs, gym.vector.VectorEnv):
@@ -302,12 +302,12 @@ def _text_policies(policy: Any, n_envs: int) -> list[TextPolicy]:
 
 
 def _acting(actor: Any) -> Any:
-    """The policy that acts: the one a :class:`PolicyHooks` holds, else ``actor`` itself."""
+    """The policy that acts: the one a `PolicyHooks` holds, else ``actor`` itself."""
     return actor.policy if isinstance(actor, PolicyHooks) else actor
 
 
 def _hook(actor: Any, name: str) -> Callable[..., list] | None:
-    """``actor``'s hook ``name`` where it is a :class:`PolicyHooks` that overrides it, else None."""
+    """``actor``'s hook ``name`` where it is a `PolicyHooks` that overrides it, else None."""
     return getattr(actor, name) if isinstance(actor, PolicyHooks) and actor.overrides(name) else None
 
 
@@ -411,10 +411,10 @@ def collect(
             sub-envs are stepped directly (reset it before stepping it yourself again); a process-based one
             (``AsyncVectorEnv``) is driven through its batch API: all workers step at once, each episode
             starts with a masked reset, and under an LM policy the workers' env-role requests come back to
-            be answered here, batched across processes (see :mod:`envace_gym.agents.rollout.remote`).
-        policy: an :class:`LMPolicy` (its engine generates every actor turn, for all envs in one call), or
+            be answered here, batched across processes (see `envace_gym.agents.rollout.remote`).
+        policy: an `LMPolicy` (its engine generates every actor turn, for all envs in one call), or
             text policies: one ``TextPolicy`` for a single env, else a list with one per env (each is
-            ``reset()`` at the start of each of its episodes); or a :class:`PolicyHooks` (or one per env)
+            ``reset()`` at the start of each of its episodes); or a `PolicyHooks` (or one per env)
             holding such a policy, whose hooks the loop calls.
         episodes: how many episodes in total.
         sampling: (LM policy) overrides ``policy.sampling``; ``sampling.seed`` makes the collection reproducible.
@@ -424,7 +424,7 @@ def collect(
         env_role_sampling: how the env role samples (passed to each imaginer's ``imagine_batch``); None: each
             imaginer's own default (``policy.sampling`` for an LM policy).
 
-    **Policy hooks**: a :class:`PolicyHooks` holds the policy that acts and may add a note before a user turn
+    **Policy hooks**: a `PolicyHooks` holds the policy that acts and may add a note before a user turn
     (``prepare_turns``) or commit a message it chose (``choose_actions``); see its docstring.
     """
     hooks = policy if isinstance(policy, PolicyHooks) else None
@@ -511,7 +511,7 @@ def _finish(
 
 class _LMActors:
     """How an LM policy acts in the loop: every env's actor turn in one engine call, each env's tokens in its
-    :class:`~envace_gym.agents.lm.conversation.Conversation`; the hooks of a :class:`PolicyHooks` for the
+    `Conversation`; the hooks of a `PolicyHooks` for the
     whole batch at once."""
 
     def __init__(self, lm: LMPolicy, hooks: PolicyHooks | None, ctx: TurnContext) -> None:

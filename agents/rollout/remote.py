@@ -1,20 +1,20 @@
 """Sub-envs of a process-based vector env, driven one by one through Gymnasium's public vector API.
 
-:func:`~envace_gym.agents.rollout.loop.collect` runs each env on its own schedule: an env whose episode
+`collect` runs each env on its own schedule: an env whose episode
 ends is reset at once with the next episode's seed and task, and only envs with an episode are stepped. A
 vector env whose sub-envs live in other processes (``AsyncVectorEnv``, ``gym.make_vec(...,
-vectorization_mode="async")``, :class:`~envace_gym.vector.ToolCallAsyncVectorEnv`) offers whole-batch calls
-only, so :class:`RemoteEnvs` maps one onto the other:
+vectorization_mode="async")``, `ToolCallAsyncVectorEnv`) offers whole-batch calls
+only, so `RemoteEnvs` maps one onto the other:
 
 * one env is reset with ``reset(seed=[...], options={"reset_mask": mask, ...})``;
 * a step steps every worker at once (concurrently, the point of processes); an env with no episode to play
   gets the empty action, which ends whatever it was doing, and its result is dropped;
 * each env's ``info`` is cut back out of the batched info dict (numpy scalars back to Python ones, so a
   trajectory still saves as JSON);
-* the env role is batched across processes: :meth:`RemoteEnvs.begin_steps` and
-  :meth:`RemoteEnvs.continue_steps` run each worker's half-step (``ToolCallEnv.begin_step``/``continue_step``,
+* the env role is batched across processes: `RemoteEnvs.begin_steps` and
+  `RemoteEnvs.continue_steps` run each worker's half-step (``ToolCallEnv.begin_step``/``continue_step``,
   each worker with its own action or answer, all workers at once) and bring back their env-role requests,
-  which the parent answers (:func:`~envace_gym.imagination.halfstep.step_envs`: one engine call per round
+  which the parent answers (`step_envs`: one engine call per round
   for all workers) with its LM policy, for workers whose env role is a copy of that policy (the same
   ``name``; others answer in their own process, unbatched); the step then ends through each worker's
   wrappers with ``vec.step(actions)``, the same actions. A worker's action wrappers are not applied at the
@@ -65,9 +65,9 @@ def unbatch_info(infos: dict[str, Any], index: int) -> dict[str, Any]:
 
 
 class RemoteEnvs:
-    """The sub-envs of ``vec`` (a vector env that steps them elsewhere), for one :func:`collect` run.
+    """The sub-envs of ``vec`` (a vector env that steps them elsewhere), for one `collect` run.
 
-    ``env(i)`` is a stand-in with ``reset(seed=, options=)`` for sub-env ``i``; :meth:`step` steps the given
+    ``env(i)`` is a stand-in with ``reset(seed=, options=)`` for sub-env ``i``; `step` steps the given
     sub-envs (all workers step, concurrently) and returns their outcomes in order.
     """
 
@@ -176,7 +176,7 @@ class RemoteEnvs:
 
 
 class RemoteEnv:
-    """Sub-env ``index`` of a :class:`RemoteEnvs`, seen as an env by the episode loop."""
+    """Sub-env ``index`` of a `RemoteEnvs`, seen as an env by the episode loop."""
 
     def __init__(self, group: RemoteEnvs, index: int) -> None:
         self.group, self.index = group, index

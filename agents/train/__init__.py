@@ -1,7 +1,7 @@
 """Training: the supervised warm start and the EnvACE trainer (role-wise GRPO), with its checkpoints.
 
 Modules load on first use (``from envace_gym.agents.train import EnvACETrainer`` imports torch then), so
-that e.g. :mod:`.checklist` or :mod:`.config` alone stay light.
+that e.g. `checklist` or `config` alone stay light.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The env's own reward is verifiable (``call_match``, ``state_match``, ``answer_match``) and all-or-nothing.
 As an option, a trainer can score an episode against a *checklist* instead: every reference call and every
-required answer string of every user turn is one :class:`ChecklistItem`; a judge reads each user turn's
+required answer string of every user turn is one `ChecklistItem`; a judge reads each user turn's
 transcript (tool calls and results included) and says whether that turn's items are met; the score is the
 share of items met over the whole episode, a denser signal in [0, 1].
 
@@ -16,7 +16,7 @@ Rules:
 * items of a user turn the episode never reached are not met, without asking the judge;
 * a task with no items (a reference with no calls and no required strings) scores 1.0 when the episode
   ended with an answer (its last message is an assistant message without tool calls), else 0.0;
-* nothing is cached across episodes: every :meth:`ChecklistJudge.grade` asks afresh.
+* nothing is cached across episodes: every `ChecklistJudge.grade` asks afresh.
 
 The embedded SmolLM2-135M-Instruct is far too small to judge well (its yes/no replies are close to
 chance), so the tests use a scripted judge; use a larger checkpoint (``hf:...``, ``ckpt:...``) for real
@@ -133,7 +133,7 @@ class ChecklistJudge:
     Args:
         judge: a callable ``prompt_text -> reply_text`` (it gets the system instruction and the question as
             one text), an object with ``.act(messages)`` returning something with ``.text`` (an
-            :class:`~envace_gym.agents.lm.policy.LMPolicy`), or a policy spec (``"hf:..."``, ``"ckpt:DIR"``)
+            `LMPolicy`), or a policy spec (``"hf:..."``, ``"ckpt:DIR"``)
             loaded with ``LMPolicy.from_spec`` on first use.
         max_new_tokens: the judge's reply budget; an ``act`` that takes ``sampling`` decodes greedily.
     """
@@ -183,5 +183,5 @@ class ChecklistJudge:
         return sum(met for _, met in verdicts) / len(verdicts), verdicts
 
     def __call__(self, task: Task, messages: Sequence[dict[str, Any]]) -> float:
-        """The episode's checklist score only (see :meth:`grade`)."""
+        """The episode's checklist score only (see `grade`)."""
         return self.grade(task, messages)[0]

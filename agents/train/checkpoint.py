@@ -250,7 +250,7 @@ def save_checkpoint(
     ``"step"`` key in it. ``tokenizer``, ``optimizer`` and ``scheduler`` may be ``None`` (their files are then
     absent). An existing ``ckpt-{step}`` is replaced. After the save, only the newest ``keep_last`` complete
     checkpoints are kept (``None``: all; the one just written is always kept) and temporary folders left by
-    crashed saves are removed. ``adapter``: a LoRA run's adapter weights, kept as :data:`ADAPTER_TENSORS`
+    crashed saves are removed. ``adapter``: a LoRA run's adapter weights, kept as `ADAPTER_TENSORS`
     (``model`` is then the merged model, which loads without peft).
     """
     if keep_last is not None and keep_last < 1:
@@ -333,8 +333,8 @@ def load_checkpoint(
     """Restore weights in place (and optimizer, scheduler, RNG states); return the trainer state dict.
     ``load_weights=False``: everything but the weights (a LoRA run loads its adapter instead).
 
-    The returned dict is the ``state`` given at save time plus ``"step"``. Raises :class:`FileNotFoundError`
-    for a missing folder and :class:`ValueError` for an incomplete one or weights that do not fit ``model``
+    The returned dict is the ``state`` given at save time plus ``"step"``. Raises `FileNotFoundError`
+    for a missing folder and `ValueError` for an incomplete one or weights that do not fit ``model``
     (keys missing, other than weights tied to a loaded one such as ``lm_head.weight``, or unexpected).
     """
     path = Path(path)

@@ -3,7 +3,7 @@
 Each field is a flag of ``envace train`` and a key of its ``config.toml``. The defaults are the reference
 code's (Within-yao/EnvACE run script): group 4, mean-centred role-wise GRPO, clip 0.2 / dual-clip 3.0, one
 PPO epoch, KL off, invalid-output penalty 0.1; except the learning rate, which by default is chosen by the
-model's size (:func:`default_lr`): the reference code's 1e-6 is for 7B models, and the embedded 135M model
+model's size (`default_lr`): the reference code's 1e-6 is for 7B models, and the embedded 135M model
 needs a larger one.
 """
 
@@ -38,7 +38,7 @@ REWARDS = ("env", "checklist")
 SCALE_REWARDS = ("none", "group")
 ENV_ROLE_REWARDS = ("task", "fidelity", "mix")
 
-#: :func:`default_lr`'s thresholds: models of at most this many parameters get :data:`SMALL_MODEL_LR`.
+#: `default_lr`'s thresholds: models of at most this many parameters get `SMALL_MODEL_LR`.
 SMALL_MODEL_PARAMS = 1_000_000_000
 #: The learning rate of the demo and of ``benchmarks/learning.py`` for the embedded 135M model (SmolLM2-135M).
 SMALL_MODEL_LR = 2e-5
@@ -49,7 +49,7 @@ LARGE_MODEL_LR = 1e-6
 def default_lr(num_parameters: int) -> float:
     """The learning rate ``EnvACEConfig(lr=None)`` resolves to for a model of ``num_parameters`` weights.
 
-    * at most 1B parameters (:data:`SMALL_MODEL_PARAMS`): 2e-5, the setting of the demo and of the learning
+    * at most 1B parameters (`SMALL_MODEL_PARAMS`): 2e-5, the setting of the demo and of the learning
       benchmark (``benchmarks/learning.py``'s default, docs/learning.md) for the embedded 135M model. It was
       chosen a priori, not tuned (the one-GPU ``--full`` setting of that benchmark uses 1e-5);
     * above: 1e-6, the reference code's (Within-yao/EnvACE run script) for its 7B models.
@@ -341,7 +341,7 @@ def config_to_toml(cfg: Any, table: str | None = None) -> str:
 
 
 def load_config(path: str | Path, table: str | None = None, **overrides: Any) -> EnvACEConfig:
-    """An :class:`EnvACEConfig` from a TOML file (its top level, or ``[table]``), then ``overrides``.
+    """An `EnvACEConfig` from a TOML file (its top level, or ``[table]``), then ``overrides``.
 
     An unknown key is an error that names the file and the key.
     """
@@ -349,7 +349,7 @@ def load_config(path: str | Path, table: str | None = None, **overrides: Any) ->
 
 
 def read_config_values(path: str | Path, table: str | None = None) -> dict[str, Any]:
-    """The :class:`EnvACEConfig` keys a TOML file sets (its top level, or ``[table]``), not yet checked
+    """The `EnvACEConfig` keys a TOML file sets (its top level, or ``[table]``), not yet checked
     together: ``envace train --config`` lays command-line flags over them first. An unknown key is an error
     that names the file and the key."""
     path = Path(path)

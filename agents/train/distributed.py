@@ -1,4 +1,4 @@
-"""Training's one door to accelerate: the :class:`~accelerate.Accelerator` a trainer runs through.
+"""Training's one door to accelerate: the `Accelerator` a trainer runs through.
 
 One process or many (``accelerate launch``, or any torchrun-style launcher that sets ``WORLD_SIZE``), DDP or
 FSDP (chosen by the accelerate config file), on CPU (gloo) or CUDA (NCCL): the trainers hand their model,

@@ -1,25 +1,25 @@
 """``EnvACETrainer``: role-wise GRPO that trains the actor and its environment role together.
 
-One training step, top to bottom (:meth:`EnvACETrainer.step`):
+One training step, top to bottom (`EnvACETrainer.step`):
 
-1. draw ``tasks_per_step`` train tasks; each is played ``group_size`` times by :func:`collect` (all envs in
+1. draw ``tasks_per_step`` train tasks; each is played ``group_size`` times by `collect` (all envs in
    lockstep, the env role batched across envs), against the backend the config names: the policy's own
    imagination (``self``, ``self-inline``: EnvACE), the real tools (``real``: plain GRPO) or a frozen copy of
    the starting model (``simulator``); with ``rehearsal_fraction`` > 0, a share of the groups plays with a
-   private-rehearsal memory in context (see :meth:`EnvACETrainer.rehearsal_groups`);
+   private-rehearsal memory in context (see `EnvACETrainer.rehearsal_groups`);
 2. score each trajectory (the env's verifiable reward, or a checklist judge);
-3. turn trajectories into samples (:mod:`.objective`): one actor row per trajectory, one env-role row per
+3. turn trajectories into samples (`objective`): one actor row per trajectory, one env-role row per
    env-role generation (same reward), grounding rows where the real result is known;
 4. role-wise GRPO advantages; one PPO-clip update over micro-batches (token-mean over the step's tokens);
    the engine's KV caches are dropped, since the weights changed.
 
 Each step's metrics count the tool calls it spent, from the process's call ledger
-(:mod:`envace_gym.backends.ledger`): ``live_calls`` (run on a real backend during an episode),
+(`envace_gym.backends.ledger`): ``live_calls`` (run on a real backend during an episode),
 ``logged_calls_used`` (answered from a replay cache), ``verifier_calls`` (replayed only to compute a reward)
 and ``diagnostic_calls`` (``sim_to_real``), each with its run total (``live_calls_total``, ...).
 
 **Rehearsal-aware training** (``rehearsal_fraction``, ``rehearsal_budget``). Test-time private rehearsal
-(:class:`~envace_gym.agents.rehearsal.PrivateRehearsal`) puts a memory of imagined rehearsals in the policy's
+(`PrivateRehearsal`) puts a memory of imagined rehearsals in the policy's
 context, which nothing else trains it to read. Here a seeded share of each step's task groups (whole GRPO
 groups, so that every row of a group is compared with rows that had a memory too) is played by the policy
 wrapped in ``PrivateRehearsal(policy, budget=rehearsal_budget, mode="parallel")`` (memory ``deterministic``,
@@ -33,8 +33,8 @@ imagined env-role answers become rows (they are context only); their cost is in 
 (``rehearsed_episodes``, ``rehearsals``, ``rehearsal_tokens``) and in ``rollout_s``. Rehearsals make no live
 call.
 
-**Processes** (:mod:`.distributed`). The trainer runs through ``accelerate.Accelerator``: model (as
-:class:`~.logprobs.TokenLogprobs`, so that the loss's forward pass enters DDP/FSDP), optimizer and scheduler
+**Processes** (`distributed`). The trainer runs through ``accelerate.Accelerator``: model (as
+`TokenLogprobs`, so that the loss's forward pass enters DDP/FSDP), optimizer and scheduler
 through ``accelerator.prepare``; ``accelerator.backward``, ``accelerator.no_sync`` over micro-batches,
 ``accelerator.clip_grad_norm_``; metric sums and gathers with ``accelerator.reduce`` and
 ``accelerate.utils.gather_object``. One process behaves as a plain torch loop. Under ``accelerate launch``
@@ -91,13 +91,13 @@ CALL_METRICS = {
 
 
 class EnvACETrainer:
-    """Role-wise GRPO over a :class:`LMPolicy` (trained in place) and the envs ``env_factory`` makes.
+    """Role-wise GRPO over a `LMPolicy` (trained in place) and the envs ``env_factory`` makes.
 
     Args:
         policy: the model that acts and, under ``backend="self"``, imagines; its weights are updated in place.
         env_factory: ``() -> gym.Env`` with real backends whose pool holds the train split (the trainer wraps
             it for imagination as the config says); called once per env of a step's batch.
-        config: the run's :class:`EnvACEConfig`.
+        config: the run's `EnvACEConfig`.
         out_dir: where ``config.toml``, ``metrics.jsonl``, ``trajectories/``, ``ckpt-N/`` and
             ``learning_curve.png`` go (None: nothing is written, nothing can resume).
         simulator: the external simulator for ``backend="simulator"`` (default: a frozen copy of ``policy``
@@ -121,7 +121,7 @@ class EnvACETrainer:
         resume: bool = False,
         progress: bool = True,
     ) -> None:
-        #: Every collective of the run goes through it (see :mod:`.distributed`); one process: rank 0 of 1.
+        #: Every collective of the run goes through it (see `distributed`); one process: rank 0 of 1.
         self.accelerator = make_accelerator(policy.model)
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
         self.is_main = self.accelerator.is_main_process  # rank 0: the one that writes
@@ -276,7 +276,7 @@ class EnvACETrainer:
         return [rng.choice(self.pool).id for _ in range(k)]
 
     def rehearsal_groups(self, step: int, batch: int = 0) -> list[int]:
-        """Which of the step's groups (indices into :meth:`draw_tasks`; the same on every rank) play with a
+        """Which of the step's groups (indices into `draw_tasks`; the same on every rank) play with a
         rehearsal memory: ``rehearsal_fraction`` of ``tasks_per_step``, rounded up or down at random so that the
         expected share is exact (0.5 of 4 groups: always 2), and which ones, drawn from the run's seed, the
         step and ``batch``."""
@@ -290,7 +290,7 @@ class EnvACETrainer:
 
     def _actor(self, step: int, batch: int, sampling: SamplingConfig, seed: int) -> Any:
         """What plays the step's episodes: the policy, or (where some of this rank's groups rehearse) the
-        policy with :class:`PrivateRehearsal`'s hook on those groups' envs."""
+        policy with `PrivateRehearsal`'s hook on those groups' envs."""
         cfg = self.cfg
         mine = range(self.rank, cfg.tasks_per_step, self.world)
         picked = set(self.rehearsal_groups(step, batch))
@@ -604,7 +604,7 @@ class EnvACETrainer:
     def _metrics(
         self, step, trajs, rewards, samples, stats, rollout_s, update_s, calls=None, real=None
     ) -> dict[str, Any]:
-        """The step's record; ``calls``: this rank's tool calls by ledger kind, ``real``: :meth:`sim_to_real`'s."""
+        """The step's record; ``calls``: this rank's tool calls by ledger kind, ``real``: `sim_to_real`'s."""
         calls = calls if calls is not None else dict.fromkeys(CALL_METRICS, 0)
         env_samples = [(s, r) for t, r in zip(trajs, rewards, strict=True) for s in t.env_role_samples]
         diag = [(t.success, r, ok) for t, (r, ok) in zip(trajs, real, strict=True)] if real is not None else []
@@ -692,7 +692,7 @@ class EnvACETrainer:
 
 class _RehearsingSome(PolicyHooks):
     """``policy`` with ``rehearsal``'s ``prepare_turns`` hook on ``envs`` only (by identity), so one
-    :func:`collect` call plays plain and rehearsing groups in one engine batch. The rehearsals' trajectories
+    `collect` call plays plain and rehearsing groups in one engine batch. The rehearsals' trajectories
     stay inside the hook: only the memory note reaches the committed episode."""
 
     def __init__(self, policy: LMPolicy, rehearsal: PrivateRehearsal, envs: Sequence[gym.Env]) -> None:
@@ -729,7 +729,7 @@ def _frozen(model: Any) -> Any:
 
 def _resolve_lr(cfg: EnvACEConfig, model: Any, resumed_out: Path | None) -> tuple[EnvACEConfig, str]:
     """``cfg`` with its learning rate filled in, and why: a resumed run's own (its ``config.toml`` records the
-    rate it started with), else :func:`~.config.default_lr` of the model's parameter count."""
+    rate it started with), else `default_lr` of the model's parameter count."""
     import tomllib
 
     old = resumed_out / "config.toml" if resumed_out is not None else None

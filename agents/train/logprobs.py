@@ -23,7 +23,7 @@ def token_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: floa
     The LM head (576 x 49k for SmolLM2) runs only where there is a label: trained tokens are a small share
     of each sequence, so this skips most of the largest matmul and its softmax.
 
-    ``model`` may also be a :class:`TokenLogprobs` (or a DDP/FSDP wrapper around one, as
+    ``model`` may also be a `TokenLogprobs` (or a DDP/FSDP wrapper around one, as
     ``accelerator.prepare`` returns it): the pass then goes through the wrapper's ``forward``.
     """
     if isinstance(model, TokenLogprobs) or isinstance(getattr(model, "module", None), TokenLogprobs):
@@ -32,9 +32,9 @@ def token_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: floa
 
 
 class TokenLogprobs(torch.nn.Module):
-    """``model`` as a module whose ``forward(batch, temperature)`` is :func:`token_logprobs`.
+    """``model`` as a module whose ``forward(batch, temperature)`` is `token_logprobs`.
 
-    :func:`token_logprobs` calls the decoder and the LM head apart (to skip the head where nothing is
+    `token_logprobs` calls the decoder and the LM head apart (to skip the head where nothing is
     labelled), never ``model.forward``; DDP and FSDP only see a pass that enters through the ``forward`` of
     the module they wrap. So ``accelerator.prepare`` gets this module, and the pass goes through it.
     """

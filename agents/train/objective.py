@@ -70,7 +70,7 @@ def build_samples(
     """The training rows of a step's trajectories.
 
     Args:
-        trajectories: :class:`~envace_gym.agents.rollout.Trajectory` records.
+        trajectories: `Trajectory` records.
         groups: the GRPO group of each trajectory (its task draw: the same task drawn twice is two groups).
         rewards: each trajectory's reward (the env's, or a checklist judge's).
         train_env_role: add env-role rows (False: the env role is frozen or is another model).
@@ -135,7 +135,7 @@ def build_samples(
 
 
 def env_role_row_reward(sample: Any, group: str, task_reward: float, mode: str) -> tuple[str, float]:
-    """The GRPO group and reward of one env-role row under ``mode`` (see :func:`build_samples`)."""
+    """The GRPO group and reward of one env-role row under ``mode`` (see `build_samples`)."""
     if mode not in ENV_ROLE_REWARDS:
         raise ValueError(f"env_role_reward must be one of {ENV_ROLE_REWARDS}, got {mode!r}")
     fidelity = getattr(sample, "fidelity", None)
@@ -201,7 +201,7 @@ def micro_batches(samples: Sequence[Sample], max_tokens: int, shared_prefix: boo
 
 
 def collate(rows: Sequence[Sample], pad_id: int, shared_prefix: bool = True) -> dict[str, torch.Tensor]:
-    """Right-padded tensors for :func:`token_logprobs`, plus the trained positions' old logprobs and
+    """Right-padded tensors for `token_logprobs`, plus the trained positions' old logprobs and
     advantages (``old_logprobs``, ``advantages``, flattened in the same row-major order)."""
     head = _shared_prefix(rows) if shared_prefix else 0
     width = max(len(s.input_ids) for s in rows) - head

@@ -4,7 +4,7 @@ The embedded model cannot call tools zero-shot, so RL from it alone gets no sign
 SFT on the train split's reference trajectories (played through the real env, so tool results are real)
 teach it the call format and the domains.
 
-Training runs through ``accelerate.Accelerator`` (:mod:`.distributed`). Under ``accelerate launch`` with
+Training runs through ``accelerate.Accelerator`` (`distributed`). Under ``accelerate launch`` with
 several processes (DDP; FSDP is not supported here yet) every process draws the same shuffled batches and
 trains on its own share of them (``batch_size`` is per process), the gradients are averaged, and rank 0
 writes the run's files.
@@ -218,7 +218,7 @@ def _collate(
 
 
 def actor_token_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Token-mean cross-entropy on labelled positions only (see :func:`.logprobs.token_logprobs`).
+    """Token-mean cross-entropy on labelled positions only (see `logprobs.token_logprobs`).
 
     With ``head_ids`` in the batch (the system+tools prefix shared by every row), the head is encoded once
     without gradient and the rows attend to its keys and values: about half of each example's tokens skip

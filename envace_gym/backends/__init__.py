@@ -1,6 +1,6 @@
-"""Tool backends: the :class:`Backend` protocol, real Python backends, and the backend registry.
+"""Tool backends: the `Backend` protocol, real Python backends, and the backend registry.
 
-Tasks name their backend by a registered name (``"builtin/retail"``); :func:`make_backend` builds it. An
+Tasks name their backend by a registered name (``"builtin/retail"``); `make_backend` builds it. An
 installed package can add names through the entry-point group ``envace_gym.backends`` (``name =
 "module:factory"``), read on the first lookup or listing.
 """

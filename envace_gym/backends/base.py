@@ -33,9 +33,9 @@ class ToolResult:
     ``text``, when set, is the message content exactly as produced (an inline imagined result keeps the
     text the model sampled, so the actor's context holds those very tokens); else ``content`` is serialised.
     ``sample`` is the env-role generation that answered the call, when it was imagined
-    (:class:`~envace_gym.imagination.EnvRoleSample`). ``fatal`` says the backend cannot go on with this
+    (`EnvRoleSample`). ``fatal`` says the backend cannot go on with this
     episode (an unusable imagined result under ``on_invalid="end"``): the env runs no more calls and ends
-    the episode with reward 0 (see :meth:`~envace_gym.env.ToolCallEnv.abort`).
+    the episode with reward 0 (see `abort`).
     """
 
     call: ToolCall
@@ -77,10 +77,10 @@ class Backend(Protocol):
     """What the environment needs from a tool source.
 
     ``reset`` starts a fresh episode from the task's initial state; ``execute`` runs one call (after the
-    deterministic checks of :func:`validate_call`) and never raises; ``state`` is a JSON snapshot and
+    deterministic checks of `validate_call`) and never raises; ``state`` is a JSON snapshot and
     ``state_hash`` its digest; ``call_count`` counts calls since ``reset``. ``copy`` returns an independent
     backend at the current state (``env.fork()`` uses it); a backend that cannot be copied (an MCP server's
-    world lives in another process) raises :class:`BackendCopyError` with the reason.
+    world lives in another process) raises `BackendCopyError` with the reason.
     """
 
     tools: Sequence[ToolSpec]
@@ -105,7 +105,7 @@ def replayed_state_hash(make_backend: Callable[[], Backend], task: Task | None, 
     """The state hash after replaying ``calls`` on a fresh backend from ``make_backend()``: the reference
     state of ``state_match`` (the reference calls), and the state of an episode whose results were replayed
     or imagined (the calls that succeeded). An offline check, never an interaction with the episode: each
-    replayed call is booked as a ``verifier`` call in the :data:`~envace_gym.backends.LEDGER`."""
+    replayed call is booked as a ``verifier`` call in the `LEDGER`."""
     backend = make_backend()
     backend.reset(task, seed=0)
     books = not is_self_accounting(backend)

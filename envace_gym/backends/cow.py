@@ -8,12 +8,12 @@ undo, and what a call pays is a shallow copy of each container it reaches.
 How:
 
 * Between calls the *committed* state is shared and never mutated in place: after a reset it is the task's
-  ``initial_state`` itself, and :meth:`PythonBackend.copy` shares it with the copy.
-* A call runs on an *overlay*: a fresh :class:`CowDict` root owned by the call's :class:`Txn`. Whenever the
+  ``initial_state`` itself, and `PythonBackend.copy` shares it with the copy.
+* A call runs on an *overlay*: a fresh `CowDict` root owned by the call's `Txn`. Whenever the
   tool reaches a container through the overlay (indexing, ``get``, ``setdefault``, ``pop``, iteration,
   ``items``/``values``, slicing, ``copy``, ``+``, ``{**d}``, ``dict(d)``, ...), a container still shared with
   the committed state is first replaced, in the overlay only, by a shallow copy that the call owns (a
-  *fork*, itself a :class:`CowDict` or :class:`CowList` of the same call); its own children stay shared
+  *fork*, itself a `CowDict` or `CowList` of the same call); its own children stay shared
   until they are reached in turn. The tool mutates what it reached with ordinary dict and list operations.
 * Success: the overlay is deactivated and becomes the committed state; the subtrees the call never reached
   are shared with the previous state. Failure or timeout: the overlay is dropped. A timed-out tool that
@@ -21,9 +21,9 @@ How:
 * Containers the tool creates and stores during the call are its own and are not copied again within the
   call, so aliasing inside one call behaves as with plain dicts.
 
-From outside, the state is a dict (a :class:`CowDict` is a ``dict`` subclass) that serialises, compares and
-hashes like the plain JSON it holds; :func:`plain_copy` turns it into plain dicts and lists. Reading a
-container through the raw ``dict``/``list`` C API (``dict.__getitem__(d, k)``, :mod:`heapq` on a state list,
+From outside, the state is a dict (a `CowDict` is a ``dict`` subclass) that serialises, compares and
+hashes like the plain JSON it holds; `plain_copy` turns it into plain dicts and lists. Reading a
+container through the raw ``dict``/``list`` C API (``dict.__getitem__(d, k)``, `heapq` on a state list,
 ``plain_list[:] = state_list``) skips the fork; a tool must not mutate what it got that way.
 """
 
@@ -315,7 +315,7 @@ def overlay(state: dict[str, Any], txn: Txn) -> CowDict:
 
 
 def plain_copy(value: Any) -> Any:
-    """A deep copy made of plain dicts and lists (what :func:`copy.deepcopy` gives, for JSON data, faster).
+    """A deep copy made of plain dicts and lists (what `copy.deepcopy` gives, for JSON data, faster).
 
     Shared sub-objects are copied once per occurrence; values that are not JSON go through deepcopy.
     """

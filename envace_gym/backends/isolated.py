@@ -9,7 +9,7 @@ and the call is a ``TOOL_EXECUTION_ERROR``. Messages are JSON over a pipe (never
 ``Task.to_dict()``, calls and results as JSON.
 
 The cost is one round trip per call and a process per env (``benchmarks/env_step.py`` prints it beside the
-in-thread paths). :func:`real_backend` decides where a registered backend's tools run; under the env's
+in-thread paths). `real_backend` decides where a registered backend's tools run; under the env's
 default (``tool_isolation="auto"``) a toolkit that does not declare ``run_inline`` gets a worker process and
 the builtin toolkits (pure, bounded tools that declare it) keep running in the caller's thread.
 """
@@ -34,7 +34,7 @@ from .python import PythonBackend
 
 __all__ = ["ProcessBackend", "TOOL_ISOLATIONS", "real_backend"]
 
-#: Where a registered backend's tools run (``ToolCallEnv(tool_isolation=...)``; see :func:`real_backend`).
+#: Where a registered backend's tools run (``ToolCallEnv(tool_isolation=...)``; see `real_backend`).
 TOOL_ISOLATIONS = ("auto", "thread", "process")
 
 
@@ -43,10 +43,10 @@ def real_backend(
 ) -> Backend:
     """The registered backend ``name``, its tools run where ``isolation`` says.
 
-    * ``"process"``: a :class:`ProcessBackend`: every call in a worker process, killed at ``timeout``.
+    * ``"process"``: a `ProcessBackend`: every call in a worker process, killed at ``timeout``.
     * ``"thread"``: built in this process: a toolkit that declares ``run_inline`` runs in the caller's
       thread, any other tool under a watchdog thread that abandons a hung call (its thread runs on).
-    * ``"auto"``: ``"process"`` for a :class:`PythonBackend` whose calls can hang (its toolkit does not
+    * ``"auto"``: ``"process"`` for a `PythonBackend` whose calls can hang (its toolkit does not
       declare ``run_inline``, or it has plain-function tools), ``"thread"`` for the rest: toolkits that
       declare ``run_inline`` (the builtin ones), backends that contain their own calls (BFCL, tau2, MCP),
       and ``timeout=None`` (no timeout asked for: nothing to end). Where this process may not start a

@@ -12,9 +12,9 @@ Every booking names a *kind*:
 * ``diagnostic``: calls made by a diagnostic that training never uses (the trainer's ``sim_to_real``).
 
 Who books: the env books ``live`` for each call its backend executed, unless the backend is
-*self-accounting* (its class sets ``self_accounting = True``: :class:`~envace_gym.backends.ReplayBackend`,
-:class:`~envace_gym.imagination.ImaginedBackend`), in which case the backend books its own calls, since only it
-knows which of them reached a real tool. :func:`~envace_gym.backends.replayed_state_hash` books ``verifier``.
+*self-accounting* (its class sets ``self_accounting = True``: `ReplayBackend`,
+`ImaginedBackend`), in which case the backend books its own calls, since only it
+knows which of them reached a real tool. `replayed_state_hash` books ``verifier``.
 
 Inside ``with charged_as("diagnostic"):`` every booking made *in this thread* goes to that kind instead,
 so a diagnostic can run the ordinary env code and still be told apart. Threads started inside the block are
@@ -34,7 +34,7 @@ CALL_KINDS = ("live", "logged", "verifier", "diagnostic")
 
 
 class CallLedger:
-    """Thread-safe counts of tool calls by kind (see the module docstring). Read it with :meth:`snapshot`
+    """Thread-safe counts of tool calls by kind (see the module docstring). Read it with `snapshot`
     and subtract two snapshots for the calls of an interval; counts are never reset."""
 
     def __init__(self) -> None:
@@ -43,7 +43,7 @@ class CallLedger:
         self._local = threading.local()  # .kind: this thread's charged_as override, if any
 
     def record(self, kind: str, n: int = 1) -> None:
-        """Book ``n`` calls as ``kind`` (or as the kind of an enclosing :meth:`charged_as` in this thread)."""
+        """Book ``n`` calls as ``kind`` (or as the kind of an enclosing `charged_as` in this thread)."""
         if kind not in self._counts:
             raise ValueError(f"unknown call kind {kind!r}; kinds: {', '.join(CALL_KINDS)}")
         kind = getattr(self._local, "kind", None) or kind

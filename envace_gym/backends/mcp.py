@@ -280,7 +280,7 @@ class _Connection:
 
 
 class MCPBackend:
-    """A :class:`~envace_gym.backends.Backend` over an MCP server.
+    """A `Backend` over an MCP server.
 
     Args:
         command: the server command line, e.g. ``[sys.executable, "-m", "envace_gym.envs.builtin.mcp_server", "bank"]``

@@ -1,12 +1,12 @@
-"""Real tool backends over plain Python: stateless functions or a stateful :class:`Toolkit`.
+"""Real tool backends over plain Python: stateless functions or a stateful `Toolkit`.
 
 Every call is contained: a tool that raises, returns something that is not JSON, or runs past its
 per-call timeout becomes an error observation, and the backend state is rolled back to what it was
 before the call, so a failed call never changes state.
 
-Rollback is copy-on-write (:mod:`.cow`): a call runs on an overlay of the committed state and only the
+Rollback is copy-on-write (`cow`): a call runs on an overlay of the committed state and only the
 containers it reaches are copied, so undoing a failed call is dropping the overlay, and reset and
-:meth:`PythonBackend.copy` share the state instead of copying it. The earlier strategy, a deep copy of the
+`PythonBackend.copy` share the state instead of copying it. The earlier strategy, a deep copy of the
 whole state before every call, stays available as ``rollback="deepcopy"`` (for comparison and as a fallback).
 """
 
@@ -41,7 +41,7 @@ INLINE_TOOLKITS = True
 
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None):
-    """Mark a :class:`Toolkit` method (or a plain function) as a tool; its schema comes from its hints."""
+    """Mark a `Toolkit` method (or a plain function) as a tool; its schema comes from its hints."""
 
     def mark(f: Callable[..., Any]) -> Callable[..., Any]:
         setattr(f, _TOOL_ATTR, {"name": name or f.__name__})
@@ -54,15 +54,15 @@ class Toolkit:
     """Base class for a stateful tool domain.
 
     All mutable state lives in ``self.state``, a JSON-serialisable dict, so that snapshots, hashes,
-    rollback and copies are exact. Subclasses mark tool methods with :func:`tool`; tools read and write
+    rollback and copies are exact. Subclasses mark tool methods with `tool`; tools read and write
     ``self.state`` with ordinary dict and list operations. Built directly, a toolkit deep-copies the state
-    it is given; a :class:`PythonBackend` instead hands it a copy-on-write overlay (see :mod:`.cow`).
+    it is given; a `PythonBackend` instead hands it a copy-on-write overlay (see `cow`).
     """
 
     _specs_cache: ClassVar[dict[type, dict[str, tuple[str, ToolSpec]]]] = {}
 
     #: True for a toolkit whose tools are bounded, pure computations over ``self.state`` (no I/O, no
-    #: waiting, no unbounded loops): a :class:`PythonBackend` then runs them in the caller's thread, without
+    #: waiting, no unbounded loops): a `PythonBackend` then runs them in the caller's thread, without
     #: the per-call timeout, since handing a call to a watchdog thread and back costs more than such a call.
     #: Leave it False when a tool may block: only the watchdog thread turns a hang into a timeout.
     run_inline: ClassVar[bool] = False
@@ -76,7 +76,7 @@ class Toolkit:
 
     @classmethod
     def tool_methods(cls) -> dict[str, tuple[str, ToolSpec]]:
-        """Tool name -> (method name, spec) for every method marked with :func:`tool`."""
+        """Tool name -> (method name, spec) for every method marked with `tool`."""
         cached = Toolkit._specs_cache.get(cls)
         if cached is None:
             cached = {}
@@ -98,13 +98,13 @@ class PythonBackend:
     """Runs declared tools in-process, with per-call timeout, error containment and state rollback.
 
     Args:
-        toolkit: a :class:`Toolkit` subclass; a fresh instance is built from the task's initial state at
+        toolkit: a `Toolkit` subclass; a fresh instance is built from the task's initial state at
             every ``reset``.
         functions: plain functions (stateless tools), used instead of or beside a toolkit.
         timeout: seconds a single call may run; ``None`` runs calls inline without a watchdog.
-        rollback: ``"cow"`` (copy-on-write, see :mod:`.cow`: a call pays for what it reaches, a failed call
+        rollback: ``"cow"`` (copy-on-write, see `cow`: a call pays for what it reaches, a failed call
             is undone by dropping its overlay) or ``"deepcopy"`` (the whole state is deep-copied before each
-            call and at every reset; calls run on a new thread each). ``None``: :data:`DEFAULT_ROLLBACK`.
+            call and at every reset; calls run on a new thread each). ``None``: `DEFAULT_ROLLBACK`.
     """
 
     def __init__(

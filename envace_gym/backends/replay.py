@@ -5,7 +5,7 @@ is replayed only in the state it was recorded in. A task fixes the initial state
 deterministic, so the calls before a call fix the state it meets: a ``get_balance`` recorded after a
 transfer is never replayed in an episode that made no transfer (it is a miss there, which the chain's
 fallback answers). The key is stricter than the state itself (a read-only call before it changes the key
-too), never looser. The tool log that grounds the env role (:class:`ToolLog`) uses the same key.
+too), never looser. The tool log that grounds the env role (`ToolLog`) uses the same key.
 
 Caches written before 2026-12-06 keyed an entry by its occurrence (the n-th identical call of an episode)
 instead, which can replay a result recorded in another state; they are refused with a one-line error that
@@ -55,7 +55,7 @@ def history_key(history: History) -> str:
 
 def log_key(task_id: str, history: str, name: str, arguments: dict[str, Any]) -> str:
     """The key of a cache entry: ``name(arguments)`` in ``task_id``'s episode after the calls whose
-    :func:`history_key` is ``history``."""
+    `history_key` is ``history``."""
     # JSON, not joined strings: no task id or tool name can contain a separator that makes two keys collide.
     return canonical_json([task_id, history, name, arguments])
 
@@ -82,7 +82,7 @@ def _record_problem(rec: Any) -> str | None:
 
 
 def result_from_record(call: ToolCall, rec: dict[str, Any]) -> ToolResult:
-    """The :class:`ToolResult` a log entry recorded for ``call`` (a success, or the error it recorded)."""
+    """The `ToolResult` a log entry recorded for ``call`` (a success, or the error it recorded)."""
     payload = rec["payload"]
     if rec.get("ok", True):
         return ToolResult(call, payload)
@@ -102,8 +102,8 @@ def result_from_record(call: ToolCall, rec: dict[str, Any]) -> ToolResult:
 class ToolLog:
     """A read-only log of real tool results in the replay-cache format (JSON Lines, one entry per line).
 
-    The one reader of that format: :class:`ReplayBackend` replays from it, and imagined training grounds its
-    env role on it (``EnvACEConfig.tool_log``). :meth:`from_reference` writes one from tasks' reference
+    The one reader of that format: `ReplayBackend` replays from it, and imagined training grounds its
+    env role on it (``EnvACEConfig.tool_log``). `from_reference` writes one from tasks' reference
     trajectories (their recorded real results), so no live call is needed to build it.
     """
 

@@ -21,10 +21,10 @@ __all__ = [
 SELF_INLINE = "self-inline"
 #: Kinds an env builds itself (``replay``, ``cache`` and ``mcp`` take a target after the colon).
 REAL_KINDS = ("real", "replay", "cache", "mcp")
-#: Kind -> its imagination mode (``SelfRehearsalEnv``'s ``mode``, :data:`envace_gym.imagination.MODES`):
+#: Kind -> its imagination mode (``SelfRehearsalEnv``'s ``mode``, `envace_gym.imagination.MODES`):
 #: ``prompted`` (from a fresh simulator prompt, the paper's setting) or ``inline`` (as the tool message of
 #: the actor's own conversation), for the kinds whose results are imagined: the env is built on ``real``
-#: and wrapped in ``SelfRehearsalEnv`` (:func:`envace_gym.make_env` does this).
+#: and wrapped in ``SelfRehearsalEnv`` (`envace_gym.make_env` does this).
 _MODE_OF_KIND = {"self": "prompted", SELF_INLINE: "inline", "simulator": "prompted"}
 IMAGINED_KINDS = tuple(_MODE_OF_KIND)
 #: Imagined kinds where the policy imagines its own results (EnvACE); ``simulator`` is a separate model.
@@ -77,7 +77,7 @@ class BackendSpec:
 
 
 def parse_backend_spec(value: str | BackendSpec) -> BackendSpec:
-    """Parse a spec string (a :class:`BackendSpec` is returned as is); a bad one raises ``ValueError`` with a
+    """Parse a spec string (a `BackendSpec` is returned as is); a bad one raises ``ValueError`` with a
     one-line message."""
     if isinstance(value, BackendSpec):
         return value

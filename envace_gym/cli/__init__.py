@@ -10,18 +10,18 @@ Configs drive the CLI. A command is a module here with
   ``transformers.HfArgumentParser`` (``--max_turns`` and ``--max-turns``; ``metadata={"help": ...}`` is the
   help text, ``metadata={"aliases": [...]}`` adds spellings; bools take no value); defaults and checks live
   in the dataclass (``__post_init__`` raises ``ValueError`` with a one-line message). Flags shared by
-  several commands are declared once in :mod:`.common` (``EnvArgs``, ``BackendArgs``, ``RunArgs``,
+  several commands are declared once in `common` (``EnvArgs``, ``BackendArgs``, ``RunArgs``,
   ``SamplingArgs``, ``ImportArgs``); a field in two of a command's dataclasses is one flag filling both.
-  A command that lists ``ImportArgs`` takes ``--import MODULE``: :func:`parse` imports the modules right
+  A command that lists ``ImportArgs`` takes ``--import MODULE``: `parse` imports the modules right
   after reading the flags and before any config check, so the names they register pass those checks;
 * ``run(*configs) -> int``: called with one instance of each of ``CONFIGS``, in order; returns the exit
   status;
 * optionally ``file_defaults(ns) -> dict``: flag defaults read from a file the parsed flags name (``envace
-  train --config FILE.toml``); :func:`parse` parses again with them as defaults, so a flag given in ``argv``
+  train --config FILE.toml``); `parse` parses again with them as defaults, so a flag given in ``argv``
   wins over the file and the file over the dataclass default.
 
-and one line in :data:`COMMANDS` (name -> module, one-line help). Modules are imported only when their
-command runs, so ``envace list`` imports neither torch nor transformers (:func:`.common.hf_argparser`).
+and one line in `COMMANDS` (name -> module, one-line help). Modules are imported only when their
+command runs, so ``envace list`` imports neither torch nor transformers (`common.hf_argparser`).
 For example ``envace train`` is ``train_cmd.py`` with ``CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig,
 RunArgs)`` and a ``run``.
 
@@ -29,7 +29,7 @@ User errors (an unknown env, suite, policy or backend, a bad task file, a ``Valu
 check) print one ``envace: error: ...`` line on stderr and exit with status 2; ``ENVACE_DEBUG=1`` re-raises
 them. Bad or unknown flags exit with status 2 and argparse's message. An unknown name suggests the close
 ones (``_registry.unknown_message``). A command that takes ``RunArgs`` runs inside
-:meth:`~.common.RunArgs.output`: ``--no-progress`` turns the libraries' progress bars off too, ``--quiet``
+`output`: ``--no-progress`` turns the libraries' progress bars off too, ``--quiet``
 also their warnings and logs below ERROR, and both are put back when it returns.
 """
 

@@ -130,7 +130,7 @@ class EnvArgs:
         return kwargs
 
     def make_env(self, backend: BackendSpec | None = None, imaginer: Imaginer | None = None) -> gym.Env:
-        """The env of these flags on ``backend`` (default: real), composed by :func:`envace_gym.make_env`."""
+        """The env of these flags on ``backend`` (default: real), composed by `envace_gym.make_env`."""
         return make_env(self.env, backend=backend or BackendSpec("real"), imaginer=imaginer, **self.env_kwargs())
 
 
@@ -202,8 +202,8 @@ class RunArgs:
 
     @contextmanager
     def output(self) -> Iterator[None]:
-        """While a command runs: the libraries' progress bars off unless :attr:`progress`; under ``--quiet``
-        also their warnings and every log record below ERROR (:func:`~envace_gym.agents.quiet.library_output`)."""
+        """While a command runs: the libraries' progress bars off unless `progress`; under ``--quiet``
+        also their warnings and every log record below ERROR (`library_output`)."""
         from envace_gym.agents.quiet import library_output
 
         with library_output(self.progress, self.quiet):
@@ -254,7 +254,7 @@ class ImportArgs:
 
 def import_user_modules(names: Sequence[str]) -> None:
     """Import each of ``names`` (``--import``), with the current directory first on ``sys.path`` as ``python
-    -m`` has it. A missing module or one that raises is a :class:`UserError` (one line)."""
+    -m`` has it. A missing module or one that raises is a `UserError` (one line)."""
     if not names:
         return
     cwd = os.getcwd()
@@ -306,7 +306,7 @@ def _standalone_hf_argparser() -> ModuleType:
 
 
 def _is_string_to_bool(converter: Any) -> bool:
-    """Whether ``converter`` is ``string_to_bool`` of either copy of ``hf_argparser`` (see :func:`hf_argparser`)."""
+    """Whether ``converter`` is ``string_to_bool`` of either copy of ``hf_argparser`` (see `hf_argparser`)."""
     return getattr(converter, "__name__", None) == "string_to_bool" and "hf_argparser" in getattr(
         converter, "__module__", ""
     )
@@ -328,7 +328,7 @@ def adjust_parser(parser: HfArgumentParser) -> HfArgumentParser:
     ``add_argument`` (``help``, ``aliases``). Some of its behaviours are adjusted:
 
     * a field in two dataclasses (``seed`` in ``RunArgs`` and ``SFTConfig``) would be two conflicting flags;
-      with "resolve" the last one stays, and :func:`configs_from_namespace` gives its value to every dataclass
+      with "resolve" the last one stays, and `configs_from_namespace` gives its value to every dataclass
       that has the field (``parse_args_into_dataclasses`` would delete it after the first). Such fields must
       have the same default, checked here;
     * a ``bool | str`` field is parsed as a bool, whose converter rejects a text default ("auto") even when
@@ -398,7 +398,7 @@ def make_imaginer(
     quiet: bool = False,
     device: str = "auto",
 ) -> Imaginer | None:
-    """Who imagines tool results (:func:`~envace_gym.compose.env_role_for` decides): the actor itself
+    """Who imagines tool results (`env_role_for` decides): the actor itself
     (``self``, ``self-inline``) or a separate frozen model (``simulator``, loaded from ``simulator`` only
     then); ``None`` for the backends an env builds itself."""
     needs_frozen = backend.imagined and not backend.self_imagined

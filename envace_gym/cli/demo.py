@@ -1,6 +1,6 @@
 """``envace demo`` (what ``make demo`` runs): the embedded model before and after a supervised warm start.
 
-Its flags are exactly the fields of :class:`~envace_gym.agents.demo.DemoConfig`.
+Its flags are exactly the fields of `DemoConfig`.
 """
 
 from __future__ import annotations

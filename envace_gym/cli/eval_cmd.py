@@ -136,8 +136,8 @@ class EvalArgs:
             raise ValueError("--verify-calls cannot be combined with --rehearsal-budget (both choose the message)")
 
     def rehearsal(self, policy: LMPolicy, seed: int) -> LMPolicy | PrivateRehearsal | VerifiedCalls:
-        """``policy`` wrapped in :class:`~envace_gym.agents.rehearsal.PrivateRehearsal` when a budget is given, or
-        in :class:`~envace_gym.agents.rehearsal.VerifiedCalls` with ``--verify-calls``."""
+        """``policy`` wrapped in `PrivateRehearsal` when a budget is given, or
+        in `VerifiedCalls` with ``--verify-calls``."""
         if self.verify_calls:
             from envace_gym.agents.rehearsal import VerifiedCalls
 

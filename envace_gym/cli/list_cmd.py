@@ -1,6 +1,6 @@
 """``envace list``: env ids and task suites with their domains and sizes by split.
 
-Sizes come from each suite's registered info function (:func:`envace_gym.suites.suite_info`: counted from
+Sizes come from each suite's registered info function (`envace_gym.suites.suite_info`: counted from
 its data files, or known from how it is generated), so listing loads no suite and imports no benchmark
 package: it takes about a second where loading every BFCL and tau2 suite took over ten. A suite registered
 without one is loaded to be counted.

@@ -1,7 +1,7 @@
 """``envace sft``: supervised warm start of an LM policy on the train split's reference trajectories.
 
-Its flags are every field of :class:`~envace_gym.agents.train.sft.SFTConfig`, the shared env, backend, run
-and sampling flags, and :class:`SFTArgs` (what is not part of the training run: which model, which roles,
+Its flags are every field of `SFTConfig`, the shared env, backend, run
+and sampling flags, and `SFTArgs` (what is not part of the training run: which model, which roles,
 where the checkpoint goes).
 """
 

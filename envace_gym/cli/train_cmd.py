@@ -1,7 +1,7 @@
 """``envace train``: EnvACE training (role-wise GRPO) of an LM policy, under imagination or on real tools.
 
-Its flags are the shared env and run flags, :class:`TrainArgs` (which model, where the run goes, resume,
-a TOML config) and every field of :class:`~envace_gym.agents.train.config.EnvACEConfig`. With
+Its flags are the shared env and run flags, `TrainArgs` (which model, where the run goes, resume,
+a TOML config) and every field of `EnvACEConfig`. With
 ``--config FILE.toml`` the file's keys are the defaults and flags given on the command line win.
 """
 
@@ -44,7 +44,7 @@ CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs, ImportArgs)
 
 
 def file_defaults(ns: Namespace) -> dict[str, Any]:
-    """``--config FILE.toml``'s EnvACEConfig as flag defaults: :func:`envace_gym.cli.parse` parses again with
+    """``--config FILE.toml``'s EnvACEConfig as flag defaults: `envace_gym.cli.parse` parses again with
     them, so the flags given on the command line win over the file (an unknown key is an error that names
     the file; the values are checked together with the flags, by EnvACEConfig)."""
     return read_config_values(ns.config) if ns.config else {}

@@ -1,21 +1,21 @@
 """World rehearsal: tool results imagined by the policy itself, in its environment role.
 
-* :mod:`.protocol`: :class:`ImagineRequest` (what the env role is asked) and :class:`EnvRoleSample` (what
+* `protocol`: `ImagineRequest` (what the env role is asked) and `EnvRoleSample` (what
   one answer leaves for training). The wrapper needs only an object with ``imagine(ImagineRequest)``: the
   core never imports the agents package.
-* :mod:`.prompt`: the prompted-mode simulator prompt (EnvACE's reference behaviour: candidate tool
+* `prompt`: the prompted-mode simulator prompt (EnvACE's reference behaviour: candidate tool
   schemas, few-shot (arguments, result) pairs from the task's reference trajectory, the conversation so
   far, the actor's raw last message, the current tool's name, schema and arguments) and the parsers of
   ``<execution_result>`` (prompted) and bare-JSON (inline) answers.
-* :mod:`.backend`: :class:`ImaginedBackend`, a backend like any other.
-* :mod:`.wrapper`: :class:`SelfRehearsalEnv`, which gives that backend to the env it wraps;
-  :class:`RealResultImaginer`, a perfect env role (the real results).
-* :mod:`.halfstep`: :func:`step_envs`: envs that step at the same time, their steps run as half-steps
+* `backend`: `ImaginedBackend`, a backend like any other.
+* `wrapper`: `SelfRehearsalEnv`, which gives that backend to the env it wraps;
+  `RealResultImaginer`, a perfect env role (the real results).
+* `halfstep`: `step_envs`: envs that step at the same time, their steps run as half-steps
   (``ToolCallEnv.begin_step``), send their env-role requests as one batch per round, with no thread (used by
-  :mod:`envace_gym.vector`, the rollout loop and the fidelity report).
-* :mod:`.fork`: :class:`RehearsalFork`, a private, reference-free replay of a live episode from its current
-  state (what test-time private rehearsal plays, wrapped in :class:`SelfRehearsalEnv`).
-* :mod:`.user`: :class:`ImaginedUser`, the rehearsing policy playing the user where the user is part of the
+  `envace_gym.vector`, the rollout loop and the fidelity report).
+* `fork`: `RehearsalFork`, a private, reference-free replay of a live episode from its current
+  state (what test-time private rehearsal plays, wrapped in `SelfRehearsalEnv`).
+* `user`: `ImaginedUser`, the rehearsing policy playing the user where the user is part of the
   world (tau2's rehearsal forks use it instead of the scenario-reading user simulator).
 
 ``mode="inline"`` (beyond the paper) lets the policy write the ``tool`` message inside the actor's own

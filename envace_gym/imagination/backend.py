@@ -1,4 +1,4 @@
-"""``ImaginedBackend``: a backend like any other, whose results come from an env role (an :class:`Imaginer`)."""
+"""``ImaginedBackend``: a backend like any other, whose results come from an env role (an `Imaginer`)."""
 
 from __future__ import annotations
 
@@ -40,21 +40,21 @@ class ActorContext:
 
 
 class ImaginedBackend:
-    """A :class:`~envace_gym.backends.Backend` whose results come from an :class:`Imaginer`.
+    """A `Backend` whose results come from an `Imaginer`.
 
     The deterministic checks answer first, exactly as a real backend would; every call that passes them is
-    answered by the imaginer. Each answer's :class:`EnvRoleSample` travels on its :class:`ToolResult`
+    answered by the imaginer. Each answer's `EnvRoleSample` travels on its `ToolResult`
     (``result.sample``), so the env reports it in ``info["env_role_samples"]``. An unusable answer is a
     ``TOOL_EXECUTION_ERROR``, marked ``fatal`` when ``end_on_failure`` (the env then ends the episode).
 
-    The env hands it the live conversation before each step's calls (:meth:`bind_conversation`). Its state
+    The env hands it the live conversation before each step's calls (`bind_conversation`). Its state
     is the list of calls it answered successfully; ``state_hash`` replays them on a fresh *real* backend (an
     offline check made once at the end of an episode, so ``state_match`` still works).
 
     Args:
         imaginer: who answers (``imagine(ImagineRequest)``); replaceable, e.g. by a batching imaginer.
         mode: ``"prompted"`` (a simulator prompt per call) or ``"inline"`` (the actor's own context).
-        grounding: prompted mode's few-shot examples (:data:`~envace_gym.imagination.prompt.GROUNDINGS`):
+        grounding: prompted mode's few-shot examples (`GROUNDINGS`):
             ``"reference"`` (the task's own reference results), ``"log"`` (other tasks' results from ``log``;
             the log is then never looked up for this task's own results: no fidelity score, no target) or
             ``"none"``. Every real result shown in a prompt is booked as a ``logged`` call.
@@ -65,7 +65,7 @@ class ImaginedBackend:
             (so its state follows the episode), and this share of the env-role samples, drawn at random, get
             the real result as ``sample.target``. What the actor sees is always the imagined result.
             (Live grounding: each shadow call is a live tool call.)
-        log: grounding from a recorded :class:`~envace_gym.backends.ToolLog` instead of live calls: an imagined
+        log: grounding from a recorded `ToolLog` instead of live calls: an imagined
             call whose (task, calls before it, tool, arguments) the log holds gets ``sample.fidelity`` and
             ``sample.exact`` against the logged result and, with ``log_targets``, the logged result as
             ``sample.target``; a call outside the log gets neither. The actor still sees the imagined result.
@@ -152,7 +152,7 @@ class ImaginedBackend:
         self.context = None
 
     def execute(self, call: ToolCall) -> ToolResult:
-        """One call, answered by :attr:`imaginer` now (:meth:`begin_call`, ``imagine``, :meth:`finish_call`)."""
+        """One call, answered by `imaginer` now (`begin_call`, ``imagine``, `finish_call`)."""
         asked = self.begin_call(call)
         if isinstance(asked, ToolResult):
             return asked
@@ -175,8 +175,8 @@ class ImaginedBackend:
         return self._request(call)
 
     def finish_call(self, call: ToolCall, answer: EnvRoleAnswer | str | Exception) -> ToolResult:
-        """The result of ``call`` given the env role's ``answer`` to :meth:`begin_call`'s request: an
-        :class:`EnvRoleAnswer` (or a generation with its fields, or a string), or the exception it raised."""
+        """The result of ``call`` given the env role's ``answer`` to `begin_call`'s request: an
+        `EnvRoleAnswer` (or a generation with its fields, or a string), or the exception it raised."""
         if isinstance(answer, Exception):
             gen = EnvRoleAnswer("")
             value, reason = None, f"env role raised {type(answer).__name__}: {answer}"
@@ -266,7 +266,7 @@ class ImaginedBackend:
             sample.target = answer + stop_text
 
     def _examples(self, call: ToolCall) -> list[dict[str, Any]]:
-        """The few-shot real results the prompt shows for ``call`` under :attr:`grounding`."""
+        """The few-shot real results the prompt shows for ``call`` under `grounding`."""
         assert self.task is not None
         if self.grounding == "reference":
             return reference_examples(self.task, call.name)

@@ -35,7 +35,7 @@ def leaf_f1(predicted: Any, real: Any) -> float:
 
 def result_fidelity(predicted: Any, real: Any) -> tuple[bool, float]:
     """``(exact, score)`` of an imagined result against the real one: exact is canonical-JSON equality,
-    score is 1.0 when exact, else :func:`leaf_f1` (0.0 for an unusable answer, ``predicted=None``)."""
+    score is 1.0 when exact, else `leaf_f1` (0.0 for an unusable answer, ``predicted=None``)."""
     if predicted is not None and canonical_json(predicted) == canonical_json(real):
         return True, 1.0
     return False, leaf_f1(predicted, real)

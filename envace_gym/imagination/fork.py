@@ -2,19 +2,19 @@
 
 Test-time private rehearsal (``envace_gym.agents.PrivateRehearsal``) plays imagined episodes of the task at
 hand before the agent acts for real. Each one must start from the live episode's current state, touch
-nothing real, and know nothing a test-time agent could not know. :class:`RehearsalFork` is that start: built
+nothing real, and know nothing a test-time agent could not know. `RehearsalFork` is that start: built
 from a live env, it keeps a snapshot (``env.fork``) whose task is ``task.blind()`` (no reference, no reward
 bases, no metadata but the keys ``env.rehearsal_metadata`` names) and whose backend is
-:class:`DetachedBackend` (the live episode's backend is neither copied nor called). Each
-:meth:`RehearsalFork.reset` forks the snapshot again with the backend given in ``options["backend"]``,
-which is how :class:`~envace_gym.imagination.SelfRehearsalEnv` hands over its imagined backend:
+`DetachedBackend` (the live episode's backend is neither copied nor called). Each
+`RehearsalFork.reset` forks the snapshot again with the backend given in ``options["backend"]``,
+which is how `SelfRehearsalEnv` hands over its imagined backend:
 ``SelfRehearsalEnv(RehearsalFork(env, obs), policy, grounding="none")`` is one rehearsal env, reset once
 per rehearsal. Its episodes end unscored (``env.scored = False``: reward 0, no ``success``).
 
 Two env hooks adapt the snapshot to a benchmark: ``env.rehearsal_metadata`` names the task metadata the
 blind task keeps (BFCL keeps ``holdout``, so held-out tools are offered from their turn, as live), and
 ``env.prepare_rehearsal(user)`` lets an env whose user is part of the world (tau2) hand the user's turns to
-an :class:`~envace_gym.imagination.ImaginedUser` (``user=``: the model that plays it).
+an `ImaginedUser` (``user=``: the model that plays it).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class RehearsalFork(gym.Env[str, str]):
             with an ``info`` built from the snapshot (so it holds nothing of the reference).
         user: the model that plays the user where the env's user is part of the world (anything with
             ``act(messages, tools)``, e.g. the rehearsing ``LMPolicy``); wrapped in an
-            :class:`~envace_gym.imagination.ImaginedUser` (:attr:`user`, whose ``tokens`` count what it
+            `ImaginedUser` (`user`, whose ``tokens`` count what it
             generated in all this fork's rehearsals). Envs with scripted user turns ignore it; tau2 needs it.
     """
 

@@ -1,13 +1,13 @@
 """One step of many envs, their env role answered in one call per imaginer and round (the rollout loop,
-``envace_gym.agents.rollout.collect``, and the native vector env, :mod:`envace_gym.vector`, both step this way).
+``envace_gym.agents.rollout.collect``, and the native vector env, `envace_gym.vector`, both step this way).
 
-Each env's step runs in two halves (:func:`begin_step` through the wrappers to ``ToolCallEnv.begin_step``,
+Each env's step runs in two halves (`begin_step` through the wrappers to ``ToolCallEnv.begin_step``,
 ``continue_step`` per request, then ``env.step(action)`` through the wrappers with the same action):
-:func:`step_envs` begins every env's step, sends all the env-role requests that wait (at most one per env) to their
+`step_envs` begins every env's step, sends all the env-role requests that wait (at most one per env) to their
 imaginer as one ``imagine_batch`` call, hands each env its answer, and repeats while any env waits (a message with
 several imagined calls needs one round per call: each call is asked with the answers before it in view), then
 finishes every step. A simulated user played by a model (tau2's LM user, a rehearsal's imagined user) is asked
-the same way: its turn is a :class:`~.protocol.UserRequest`, a round's user turns one call per model. No
+the same way: its turn is a `UserRequest`, a round's user turns one call per model. No
 thread, no callback into the policy from inside ``env.step``: the loop that holds the actor's token stream
 drives the env role, with its sampling passed in, and the users' models.
 """
@@ -54,7 +54,7 @@ class HalfStepEnv(Protocol):
 
 
 class EnvGroup(Protocol):
-    """Envs that :func:`step_envs` steps together: :class:`LocalEnvs` (this process) or the rollout loop's
+    """Envs that `step_envs` steps together: `LocalEnvs` (this process) or the rollout loop's
     ``RemoteEnvs`` (worker processes)."""
 
     def begin_steps(self, indices: Sequence[int], actions: Sequence[Any]) -> list[PendingStep | None]: ...
@@ -179,7 +179,7 @@ def _typed(answer: Any) -> EnvRoleAnswer | Exception:
 
 
 class LocalEnvs:
-    """Envs stepped in this process, as :func:`step_envs` sees a group of envs: ``begin_steps``,
+    """Envs stepped in this process, as `step_envs` sees a group of envs: ``begin_steps``,
     ``continue_steps`` and ``step`` over the envs at ``indices``."""
 
     def __init__(self, envs: Sequence[gym.Env]) -> None:
@@ -187,7 +187,7 @@ class LocalEnvs:
         self._halves: dict[int, bool] = {}  # found on first use: only envs whose env role the caller answers
 
     def begin_steps(self, indices: Sequence[int], actions: Sequence[Any]) -> list[PendingStep | None]:
-        """Each env's :func:`begin_step`; None for an env without half-steps (it then steps whole)."""
+        """Each env's `begin_step`; None for an env without half-steps (it then steps whole)."""
         for i in indices:
             if i not in self._halves:
                 self._halves[i] = half_step_route(self.envs[i]) is not None
@@ -211,13 +211,13 @@ def step_envs(
     ask: Asker | None = None,
     users: Sequence[ModelUser | None] | None = None,
 ) -> list[tuple]:
-    """Step envs ``indices`` of ``group`` (:class:`LocalEnvs`, or the rollout loop's
+    """Step envs ``indices`` of ``group`` (`LocalEnvs`, or the rollout loop's
     ``RemoteEnvs`` for envs in worker processes) with
     ``actions``; results in order. Env ``i``'s env-role requests are answered by ``imaginers[i]``, those of a
     round in one call per imaginer (``sampling``: the env role's, None for each imaginer's own); its user
-    turns by ``users[i]`` (:func:`user_of`), those of a round in one call per user model. An env with neither
+    turns by ``users[i]`` (`user_of`), those of a round in one call per user model. An env with neither
     steps whole (its own env role and user, if any, answer inside ``env.step``). ``ask`` completes each
-    env-role request first (see :data:`Asker`)."""
+    env-role request first (see `Asker`)."""
     people = list(users) if users is not None else [None] * len(imaginers)
     halves = [
         (i, a) for i, a in zip(indices, actions, strict=True) if imaginers[i] is not None or people[i] is not None

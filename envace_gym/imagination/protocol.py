@@ -1,5 +1,5 @@
-"""The env role's protocol: what it is asked (:class:`ImagineRequest`), what it answers
-(:class:`EnvRoleAnswer`) and what one answer leaves behind (:class:`EnvRoleSample`, the record a trainer turns
+"""The env role's protocol: what it is asked (`ImagineRequest`), what it answers
+(`EnvRoleAnswer`) and what one answer leaves behind (`EnvRoleSample`, the record a trainer turns
 into an RL sample)."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class ImagineRequest:
 @dataclass
 class UserRequest:
     """A request for a simulated user's next message, where a model plays the user (tau2's LM user, or the
-    :class:`~envace_gym.imagination.ImaginedUser` of a private rehearsal): ``messages`` is the conversation
+    `ImaginedUser` of a private rehearsal): ``messages`` is the conversation
     from the user's side and ``tools`` the user's own tool schemas (telecom's device tools; else empty). The
     answer is the message text, the exception the user raised, or None: the env's own user answers (in
     the env's process; what a worker env does when its parent cannot reach its user)."""
@@ -81,7 +81,7 @@ class ModelUser(Protocol):
 class EnvRoleAnswer:
     """One answer of the env role: its ``text`` and, where a model generated it (for training), the
     ``prompt_ids`` it saw, the ``token_ids`` and ``logprobs`` it sampled; inline: the ``prompt_text`` it
-    continued and the ``stop_text`` that ended it. :meth:`of` reads any answer an imaginer gives."""
+    continued and the ``stop_text`` that ended it. `of` reads any answer an imaginer gives."""
 
     text: str
     prompt_ids: list[int] = field(default_factory=list)
@@ -92,7 +92,7 @@ class EnvRoleAnswer:
 
     @classmethod
     def of(cls, answer: Any) -> EnvRoleAnswer:
-        """``answer`` as an :class:`EnvRoleAnswer`: itself, a plain string (text only), or a generation
+        """``answer`` as an `EnvRoleAnswer`: itself, a plain string (text only), or a generation
         (an engine's ``Generation``, or anything with ``.text`` and any of the fields above)."""
         if isinstance(answer, cls):
             return answer
@@ -112,12 +112,12 @@ class EnvRoleAnswer:
 
 class GenerationLike(Protocol):
     """A model's generation as an imaginer may return it (an ``LMPolicy``'s ``Generation``): its ``text`` and
-    the fields of :class:`EnvRoleAnswer` it has."""
+    the fields of `EnvRoleAnswer` it has."""
 
     text: str
 
 
-#: What an imaginer may answer with: an :class:`EnvRoleAnswer`, a generation, or a plain string.
+#: What an imaginer may answer with: an `EnvRoleAnswer`, a generation, or a plain string.
 Answer = EnvRoleAnswer | GenerationLike | str
 
 
@@ -132,7 +132,7 @@ class SamplingLike(Protocol):
 
 
 class Imaginer(Protocol):
-    """Anything that answers env-role requests: ``imagine(request)`` returns an :class:`Answer`."""
+    """Anything that answers env-role requests: ``imagine(request)`` returns an `Answer`."""
 
     def imagine(self, request: ImagineRequest) -> Answer: ...
 

@@ -2,10 +2,10 @@
 
 In a benchmark whose user is simulated from a scenario the agent never sees (tau2), a rehearsal cannot ask
 that simulator: it reads the scenario, which is test-time knowledge the agent does not have. The fork gives
-the user's turns to an :class:`ImaginedUser` instead: the rehearsing policy (or any model with
+the user's turns to an `ImaginedUser` instead: the rehearsing policy (or any model with
 ``act(messages, tools)``) writes the user's next message from the prompt the env builds out of the
 conversation the agent saw. It has one job: generate that message and count the tokens it cost. The rollout
-loop batches its turns across rehearsals (a :class:`~.protocol.ModelUser`: one engine call per round).
+loop batches its turns across rehearsals (a `ModelUser`: one engine call per round).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ __all__ = ["ImaginedUser"]
 
 class ImaginedUser:
     """A user whose turns ``model`` imagines (the users protocol of ``envs/tau2/users.py``:
-    ``reply(messages, tools) -> str``; and :class:`~.protocol.ModelUser`, so the loop batches its turns).
+    ``reply(messages, tools) -> str``; and `ModelUser`, so the loop batches its turns).
 
     Args:
         model: anything with ``act(messages, tools)`` returning a generation (``.text``, ``.token_ids``) or a
             string, e.g. the rehearsing ``LMPolicy``; it samples with its own settings.
 
     The imagined user acts only in words: it is offered no tools, and ``<tool_call>`` blocks in its message
-    are dropped (nothing it writes reaches a real environment). :attr:`tokens` counts what it generated,
+    are dropped (nothing it writes reaches a real environment). `tokens` counts what it generated,
     over every rehearsal that shares it (forks and their deep copies share one count and the model).
     """
 

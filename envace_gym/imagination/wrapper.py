@@ -33,16 +33,16 @@ class SelfRehearsalEnv(gym.Wrapper):
         grounding: ``"reference"`` (few-shot pairs from the task's reference trajectory) or ``"none"``.
         on_invalid: ``"end"`` (an unusable answer ends the episode with reward 0, the paper's rule) or
             ``"error_observation"`` (the agent sees a ``TOOL_EXECUTION_ERROR`` and goes on).
-        real_fraction: grounded imagination (see :class:`ImaginedBackend`): this share of the env-role samples
+        real_fraction: grounded imagination (see `ImaginedBackend`): this share of the env-role samples
             carries the real backend's answer as ``sample.target``; the actor still sees the imagined one.
-        log: grounding from a recorded tool log, with no live call (see :class:`ImaginedBackend`).
+        log: grounding from a recorded tool log, with no live call (see `ImaginedBackend`).
         log_targets: give logged calls a supervised target (``sample.target``).
 
-    The wrapper configures and never patches: it owns an :class:`ImaginedBackend` and gives it to the env
+    The wrapper configures and never patches: it owns an `ImaginedBackend` and gives it to the env
     for each episode through ``reset(options={"backend": ...})``; the wrapped env's own configuration is
     left as it was (the same env unwrapped still answers with its own backend). ``info["env_role_samples"]``
     (deprecated alias ``info["rehearsal"]``, the same list) holds the step's
-    :class:`~envace_gym.imagination.EnvRoleSample` records, so a trainer can treat them as its own RL samples.
+    `EnvRoleSample` records, so a trainer can treat them as its own RL samples.
     """
 
     def __init__(

@@ -1,8 +1,8 @@
-"""Deprecated alias of :mod:`envace_gym.imagination` (the env role's package), kept for one release.
+"""Deprecated alias of `envace_gym.imagination` (the env role's package), kept for one release.
 
 The env role's package was called ``envace_gym.rehearsal``, a name it shared with test-time rehearsal
 (``envace_gym.agents.rehearsal``). Importing it, or any of its modules, warns and gives the module of
-:mod:`envace_gym.imagination` itself (the same objects, so ``isinstance`` checks hold).
+`envace_gym.imagination` itself (the same objects, so ``isinstance`` checks hold).
 """
 
 import importlib

@@ -1,6 +1,6 @@
 """Pure-Gymnasium wrappers that give the text env the spaces classic RL libraries take (SB3 has no
-``Text`` spaces): :class:`CandidateActions` (``Discrete(k)`` over candidate messages built from the tool
-schemas and the visible conversation) and :class:`FeatureObservation` (a ``Box`` of hashed n-grams)."""
+``Text`` spaces): `CandidateActions` (``Discrete(k)`` over candidate messages built from the tool
+schemas and the visible conversation) and `FeatureObservation` (a ``Box`` of hashed n-grams)."""
 
 from .candidates import PAD_ANSWER, CandidateActions, build_calls, build_candidates, param_shape
 from .features import FeatureObservation, hashed_ngrams, history_fields

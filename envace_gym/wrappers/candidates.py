@@ -9,7 +9,7 @@ from one state to the next:
 * slots ``0..n_answers-1``: answers. 0 quotes the latest tool results' values, 1 echoes the values of the
   latest user turn, then single values of the latest results, one per slot;
 * then one block of equal size per tool, in schema order: calls whose required arguments are filled with
-  visible values of a matching shape, best-ranked first (see :func:`build_calls`).
+  visible values of a matching shape, best-ranked first (see `build_calls`).
 
 Candidates are a deterministic function of the schemas and the visible messages, never of the task's
 reference (the oracle's calls are what the coverage figure measures against).
@@ -72,7 +72,7 @@ def param_shape(name: str, schema: dict[str, Any]) -> str:
 
 def _options(name: str, schema: dict[str, Any], values: Sequence[Value], per_param: int) -> list[Any]:
     """Visible values fit for one required parameter, best first: a result value found under the same key,
-    then values of the wanted shape in :func:`visible_values` order."""
+    then values of the wanted shape in `visible_values` order."""
     if "enum" in schema:
         enum = list(schema["enum"])
         seen = [v.value for v in values if v.value in enum]
@@ -181,8 +181,8 @@ class CandidateActions(gym.ActionWrapper):
         n_answers: how many leading slots are answers.
 
     ``info["candidates"]`` lists the ``k`` texts for the *next* action, ``info["action_mask"]`` which are real;
-    after a step ``info["action_text"]`` is the text that was sent. :meth:`action_masks` serves
-    sb3-contrib's ``MaskablePPO``. The wrapped env is not changed. A ``gym.ActionWrapper``: :meth:`action`
+    after a step ``info["action_text"]`` is the text that was sent. `action_masks` serves
+    sb3-contrib's ``MaskablePPO``. The wrapped env is not changed. A ``gym.ActionWrapper``: `action`
     maps an index to its text, so a half-step (a rollout loop batching the env role) maps it on the way in.
     """
 

@@ -2,7 +2,7 @@
 
 Each observation hashes word uni- and bigrams of the recent history into ``dim`` buckets, one field per
 part: the latest user turn, the tool results since it, the agent's last message, and (when the env below
-is a :class:`~envace_gym.wrappers.CandidateActions`) what each candidate slot holds (which tool, or an
+is a `CandidateActions`) what each candidate slot holds (which tool, or an
 answer, or padding), so a policy can tell which indices are real. Digits are mapped to ``0`` so that
 ``A-5247`` and ``A-1180`` share features. Hashing uses ``blake2b``, not Python's salted ``hash``: the same
 text gives the same vector in every process. An optional ``embed(text) -> np.ndarray`` of the latest user

@@ -1,6 +1,6 @@
 """Values an agent can see in a conversation (ids, names, codes, amounts), each with a coarse *shape*.
 
-:class:`~envace_gym.wrappers.CandidateActions` fills tool arguments from these. They come only from what
+`CandidateActions` fills tool arguments from these. They come only from what
 the agent sees: the user turns (read with regular expressions) and the tool results (JSON leaves, with
 the key they were found under). Nothing here reads a task's reference.
 """

@@ -3,10 +3,10 @@
 Data, stateful API classes and checker functions come from the installed ``bfcl-eval`` package at run time
 (nothing of it is copied here); importing this package does not import ``bfcl_eval``.
 
-* :func:`load_suite` (suites ``bfcl/<category>``): a category's entries as :class:`~envace_gym.tasks.Task`.
-* :class:`BFCLEnv` (``gym.make("EnvACE-BFCL-v0", category=...)``): the env that scores them.
-* Backends ``bfcl/multi_turn`` (:class:`~.backend.BFCLBackend`) and ``bfcl/single_turn``
-  (:class:`~.backend.RecordingBackend`); reward basis ``bfcl``.
+* `load_suite` (suites ``bfcl/<category>``): a category's entries as `Task`.
+* `BFCLEnv` (``gym.make("EnvACE-BFCL-v0", category=...)``): the env that scores them.
+* Backends ``bfcl/multi_turn`` (`BFCLBackend`) and ``bfcl/single_turn``
+  (`RecordingBackend`); reward basis ``bfcl``.
 """
 
 from __future__ import annotations

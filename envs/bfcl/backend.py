@@ -1,8 +1,8 @@
 """Backends for BFCL tasks, registered as ``bfcl/multi_turn`` and ``bfcl/single_turn``.
 
-* :class:`BFCLBackend`: BFCL's stateful API classes (file system, trading bot, ...), fresh instances at
+* `BFCLBackend`: BFCL's stateful API classes (file system, trading bot, ...), fresh instances at
   every ``reset``, calls dispatched by name after the fixed checks of ``validate_call``.
-* :class:`RecordingBackend`: BFCL's single-turn functions are descriptions only (nothing to run); a valid
+* `RecordingBackend`: BFCL's single-turn functions are descriptions only (nothing to run); a valid
   call is acknowledged, and the state is the list of calls made.
 """
 
@@ -46,7 +46,7 @@ def result_content(value: Any) -> Any:
 
 
 class BFCLBackend:
-    """BFCL's multi-turn API classes as a :class:`~envace_gym.backends.Backend`.
+    """BFCL's multi-turn API classes as a `Backend`.
 
     ``reset(task)`` builds fresh instances of ``task.metadata["involved_classes"]`` from
     ``task.initial_state`` (BFCL's ``initial_config``). A call that raises inside the API becomes a
@@ -183,7 +183,7 @@ def new_world(task: Task) -> BFCLWorld:
 
 
 class RecordingBackend:
-    """BFCL single-turn functions: validated, acknowledged with :data:`ACKNOWLEDGEMENT`, recorded as state."""
+    """BFCL single-turn functions: validated, acknowledged with `ACKNOWLEDGEMENT`, recorded as state."""
 
     def __init__(self) -> None:
         self.call_count = 0

@@ -1,9 +1,9 @@
-"""BFCL test entries -> :class:`envace_gym.tasks.Task` objects (tools, user turns, reference trajectory).
+"""BFCL test entries -> `envace_gym.tasks.Task` objects (tools, user turns, reference trajectory).
 
 Single-turn entries become one user turn; their reference is one parallel step of the ground-truth calls
 (the first allowed value of every argument; host-language literals in Java/JavaScript) and then an answer.
 Irrelevance entries' reference answers without a call. Multi-turn entries keep BFCL's turns; their
-reference runs the parsed ground-truth calls on a fresh :class:`~.backend.BFCLBackend`, so each call
+reference runs the parsed ground-truth calls on a fresh `BFCLBackend`, so each call
 carries its real result (the grounding that imagined tool results are given).
 """
 

@@ -4,7 +4,7 @@ BFCL's own checkers.
 An episode is a BFCL entry: single-turn categories have one user turn (the agent calls, sees an
 acknowledgement, then answers; irrelevance: it answers without calling); multi-turn categories have BFCL's
 turns, with the held-out functions of ``miss_func`` offered only from the turn that adds them. The episode
-is scored when the last turn is answered (see :mod:`.scoring`); ``info["bfcl"]`` then holds the verdict.
+is scored when the last turn is answered (see `scoring`); ``info["bfcl"]`` then holds the verdict.
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ class BFCLEnv(ToolCallEnv):
         split: BFCL tasks all have split ``"test"``.
         max_steps_per_turn: messages with calls allowed in one user turn (BFCL's limit, 20); one more
             force-quits the episode with reward 0, as BFCL does.
-        system_prompt: defaults to :data:`BFCL_SYSTEM_PROMPT`; a BFCL entry's own system message is appended.
-        **kwargs: :class:`~envace_gym.env.ToolCallEnv`'s (``suite``, ``tasks``, ``backend``, ``max_turns``...);
+        system_prompt: defaults to `BFCL_SYSTEM_PROMPT`; a BFCL entry's own system message is appended.
+        **kwargs: `ToolCallEnv`'s (``suite``, ``tasks``, ``backend``, ``max_turns``...);
             ``max_result_chars`` defaults to 65536 here, so long_context results are shown whole.
     """
 

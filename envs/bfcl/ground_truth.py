@@ -1,8 +1,8 @@
 """BFCL ground truth read without evaluating anything.
 
 * Multi-turn ground truth is a list of Python call strings per turn (``"mv(source='a', destination='b')"``,
-  sometimes with positional arguments). :func:`parse_call_string` reads one with :mod:`ast`, literals only.
-* Single-turn ground truth lists the allowed values of every argument; :func:`reference_arguments` picks the
+  sometimes with positional arguments). `parse_call_string` reads one with `ast`, literals only.
+* Single-turn ground truth lists the allowed values of every argument; `reference_arguments` picks the
   first allowed one (leaving out arguments whose first choice is ``""``, BFCL's "may be omitted"), reading
   dict and list-of-dict parameters the way BFCL's AST checker does (one list of allowed values per key).
 """

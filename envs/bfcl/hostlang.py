@@ -3,10 +3,10 @@
 In those categories every argument is passed as a string of host-language source (``"true"``, ``"50L"``,
 ``"new ArrayList<>(Arrays.asList(\\"a\\"))"``), and BFCL's checker converts it back with its type converters
 before comparing with the ground truth. The reference trajectory therefore needs the inverse: a literal
-that those converters read back as the ground-truth value. :func:`encode` writes one; strings are passed as
+that those converters read back as the ground-truth value. `encode` writes one; strings are passed as
 they are (BFCL compares ``String``/``any`` values, and variable names, without quotes).
 
-Also here: :func:`string_typed_doc`, the function doc a model sees in these categories (every parameter a
+Also here: `string_typed_doc`, the function doc a model sees in these categories (every parameter a
 string, with the host type in its description), as BFCL's prompt pre-processing presents it.
 """
 

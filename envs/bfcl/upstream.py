@@ -5,7 +5,7 @@ Only leaf modules of ``bfcl_eval`` are imported (its data constants, the statefu
 multi-turn checker and its helpers). Two modules are avoided on purpose: ``bfcl_eval.constants.eval_config``
 (creates result folders on import) and ``bfcl_eval.constants.model_config`` (imports every model handler,
 and with them ``anthropic``, ``openai``...). The AST checker module needs the latter only to look up
-whether a model's handler renames dotted function names; :func:`ast_checker` loads that module file by
+whether a model's handler renames dotted function names; `ast_checker` loads that module file by
 path with a stand-in mapping that keeps names as written, which is what this env does.
 """
 

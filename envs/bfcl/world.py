@@ -1,7 +1,7 @@
 """One episode's BFCL multi-turn world: fresh instances of the involved API classes, calls dispatched by name.
 
 BFCL's own runner builds each call as a string and ``eval``s it, caching instances in module globals by
-model and entry id. Here every :class:`BFCLWorld` owns fresh instances, and a call is a method looked up
+model and entry id. Here every `BFCLWorld` owns fresh instances, and a call is a method looked up
 by name among the instances' public methods (a later class in ``involved_classes`` wins a name clash, as
 upstream) and called with keyword arguments. Nothing is evaluated.
 """

@@ -1,6 +1,6 @@
 """Builtin task suites: stateful, deterministic pure-Python domains with generated tasks.
 
-Each domain module defines a :class:`~envace_gym.backends.Toolkit`, ``make_backend(**kwargs)`` and
+Each domain module defines a `Toolkit`, ``make_backend(**kwargs)`` and
 ``generate(split, count, exclude=()) -> list[Task]``. Suites are generated from fixed seeds, so every process sees the
 same tasks; ``val`` and ``test-id`` are fresh instances of the train split's phrasings and pools, ``test``
 uses held-out entities and phrasings (``_common``).

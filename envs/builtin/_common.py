@@ -1,21 +1,21 @@
 """Shared machinery for the builtin domains: per-task RNGs, held-out name pools and phrasings, the splits.
 
-Four splits (:data:`SPLITS`):
+Four splits (`SPLITS`):
 
 * ``train``: what training draws from;
 * ``val``: the train split's phrasings and name pools, fresh task instances (own RNG streams, so new worlds,
   amounts and ids), no task sharing its user text or a world id with a train task: where settings are chosen;
 * ``test-id``: the same as ``val``, disjoint from train and val too: in-distribution held-out tasks, read once
   for final figures (what RL on train phrasings can be expected to reach);
-* ``test``: held-out phrasings, names and entities (:data:`POOL` maps it to its own pools): the
+* ``test``: held-out phrasings, names and entities (`POOL` maps it to its own pools): the
   generalisation figure.
 
-A "world id" (:func:`world_ids`) is an identifier of four or more digits in a task's initial state (account,
+A "world id" (`world_ids`) is an identifier of four or more digits in a task's initial state (account,
 customer, order and booking ids); short ids (a product's ``P-123``, a flight's ``LH123``, a transaction's
 ``T-3``) come from small pools shared by every world, as the names of the train pool do.
 
 A domain generator builds a small world (the initial state), then plays the solution through
-:class:`envace_gym.ReferenceRecorder`, which executes every call on a real :class:`PythonBackend` so that
+`envace_gym.ReferenceRecorder`, which executes every call on a real `PythonBackend` so that
 the reference results are the real ones (and a generator bug that makes an invalid call fails loudly).
 """
 
@@ -56,7 +56,7 @@ _TAKEN: ContextVar[frozenset[str]] = ContextVar("taken_world_ids", default=froze
 
 
 def taken_ids() -> frozenset[str]:
-    """The world ids the split being generated must avoid (:func:`generate_tasks`' ``exclude``)."""
+    """The world ids the split being generated must avoid (`generate_tasks`' ``exclude``)."""
     return _TAKEN.get()
 
 
@@ -127,10 +127,10 @@ def generate_tasks(
 ) -> list[Task]:
     """The generation loop every domain shares: task ``i`` gets its own RNG (so it does not depend on
     ``count``), a kind drawn by weight, and ``make(kind, rng, pool, task_id)`` builds it from the split's
-    pool (:data:`POOL`).
+    pool (`POOL`).
 
     ``exclude``: tasks a held-in split must not overlap (train's, and val's for test-id). A candidate whose
-    user text or any world id (:func:`world_ids`) one of them has is skipped and the next RNG stream is tried,
+    user text or any world id (`world_ids`) one of them has is skipped and the next RNG stream is tried,
     so task ``i`` is still the same whatever ``count`` is."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
@@ -155,5 +155,5 @@ def generate_tasks(
 
 def pick_template(rng: random.Random, templates: dict[str, Sequence[str]], split: str) -> str:
     """Phrasings are held out by pool: ``templates = {"train": [...], "test": [...]}``; ``split`` is a pool
-    (:data:`POOL`: val and test-id draw train's)."""
+    (`POOL`: val and test-id draw train's)."""
     return rng.choice(list(templates[POOL[split]]))

@@ -324,7 +324,7 @@ class FilesToolkit(Toolkit):
 
 
 def make_backend(**kwargs: Any) -> PythonBackend:
-    """A real backend for this domain (kwargs go to :class:`PythonBackend`, e.g. ``timeout``)."""
+    """A real backend for this domain (kwargs go to `PythonBackend`, e.g. ``timeout``)."""
     return PythonBackend(FilesToolkit, **kwargs)
 
 

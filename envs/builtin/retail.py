@@ -231,7 +231,7 @@ class RetailToolkit(Toolkit):
 
 
 def make_backend(**kwargs: Any) -> PythonBackend:
-    """A backend serving :class:`RetailToolkit` (registered as ``builtin/retail``)."""
+    """A backend serving `RetailToolkit` (registered as ``builtin/retail``)."""
     return PythonBackend(RetailToolkit, **kwargs)
 
 

@@ -249,7 +249,7 @@ class TravelToolkit(Toolkit):
 
 
 def make_backend(**kwargs: Any) -> PythonBackend:
-    """A backend serving :class:`TravelToolkit` (registered as ``builtin/travel``)."""
+    """A backend serving `TravelToolkit` (registered as ``builtin/travel``)."""
     return PythonBackend(TravelToolkit, **kwargs)
 
 

@@ -136,7 +136,7 @@ def base_tasks(domain: str) -> tuple[Any, ...]:
 
 def split_sizes(domain: str) -> dict[str, int]:
     """Task counts by split of ``domain``'s ``base`` task set, read from tau2's split file without importing
-    tau2 (the split :func:`task_splits` gives each loaded task; a test checks that they agree)."""
+    tau2 (the split `task_splits` gives each loaded task; a test checks that they agree)."""
     check_domain(domain)
     spec = importlib.util.find_spec("tau2")  # a top-level package: found, not imported
     if spec is None or not spec.submodule_search_locations:

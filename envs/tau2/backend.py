@@ -1,11 +1,11 @@
-"""``Tau2Backend``: a real :class:`~envace_gym.backends.Backend` over a tau2 domain environment.
+"""``Tau2Backend``: a real `Backend` over a tau2 domain environment.
 
 Each ``reset`` builds a fresh tau2 ``Environment`` at the task's initial state. Calls pass our deterministic
 checks first (``TOOL_NOT_AVAILABLE``, ``INVALID_PARAMETERS`` against tau2's own OpenAI schemas); the rest are
 dispatched by name through tau2's ``Environment.get_response``, exactly as tau2's orchestrator does, so a
 tool that raises becomes ``TOOL_EXECUTION_ERROR`` with tau2's message and, as in tau2, keeps any change it
 made before raising (no rollback: the scorer replays calls the same way). The user's device tools
-(telecom) run on the same environment through :meth:`execute_user`.
+(telecom) run on the same environment through `execute_user`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The episode is tau2's conversation: the agent greets, a simulated user opens wit
 every agent message without a tool call goes to the user, whose reply is the next observation. The episode
 ends when the user stops (a stop token) or a limit is hit (max_turns, max_errors, a failing user: reward 0,
 as in tau2). As with tau2's conversational agent, the agent itself cannot end the conversation (``###STOP###``
-is a solo-mode token there; solo mode is not offered). See :mod:`.scoring` for the reward and :mod:`.users`
+is a solo-mode token there; solo mode is not offered). See `scoring` for the reward and `users`
 for users.
 """
 
@@ -55,11 +55,11 @@ class Tau2Env(ToolCallEnv):
 
     Args:
         domain: ``"airline"``, ``"retail"``, ``"telecom"`` or ``"mock"``.
-        user: who plays the customer: ``"scripted"`` (:class:`~.users.ScriptedUser`, the default),
+        user: who plays the customer: ``"scripted"`` (`ScriptedUser`, the default),
             ``"lm"`` (the embedded model), ``"lm:SPEC"`` (``LMPolicy.from_spec(SPEC)``), an LMPolicy, or any
-            object with ``reply(messages, tools)`` (see :mod:`.users`).
+            object with ``reply(messages, tools)`` (see `users`).
         judge: ``None`` (default: NL assertions are not graded), an LMPolicy, or a callable
-            ``(assertions, transcript) -> [bool]`` (see :mod:`.judge`).
+            ``(assertions, transcript) -> [bool]`` (see `judge`).
         split: ``"test"`` (default), ``"train"`` (tau2's split files) or ``None`` for all tasks.
         max_turns: assistant messages before the episode is cut (reward 0, tau2's ``max_steps``).
         max_errors: failed tool calls before the episode is cut (reward 0, tau2's ``max_errors``).
@@ -67,11 +67,11 @@ class Tau2Env(ToolCallEnv):
         replay_on_score: replay the episode's calls on a fresh environment for the DB and assertion checks
             even when the backend is real (tau2's way; the same state, slower). Imagined results always replay.
         suite: ``"tau2/<domain>"`` (the CLI passes it); must agree with ``domain``.
-        tasks: your own :class:`TaskSuite` of tau2 tasks (e.g. from :func:`.tasks.build_task`).
-        **kwargs: the rest of :class:`~envace_gym.env.ToolCallEnv`'s arguments (``backend``, ``render_mode``...).
+        tasks: your own `TaskSuite` of tau2 tasks (e.g. from `tasks.build_task`).
+        **kwargs: the rest of `ToolCallEnv`'s arguments (``backend``, ``render_mode``...).
 
-    ``env.unwrapped.log`` is the episode as tau2 sees it (:class:`~.trajectory.EpisodeLog`; turn it into
-    tau2 messages with :func:`~.trajectory.to_tau2_messages`). At the end, ``info["tau2"]`` holds the
+    ``env.unwrapped.log`` is the episode as tau2 sees it (`EpisodeLog`; turn it into
+    tau2 messages with `to_tau2_messages`). At the end, ``info["tau2"]`` holds the
     termination reason and what each check found.
     """
 
@@ -186,9 +186,9 @@ class Tau2Env(ToolCallEnv):
 
     def prepare_rehearsal(self, user: Any) -> None:
         """A private-rehearsal snapshot (a fork holding the blind task): the user is part of the world, so
-        its turns are imagined too. ``user`` (an :class:`~envace_gym.imagination.ImaginedUser`) replaces tau2's
+        its turns are imagined too. ``user`` (an `ImaginedUser`) replaces tau2's
         user simulator, which reads the task's scenario; its view is rebuilt from the messages the agent saw
-        (:func:`~.users.imagined_user_view`: no scenario, no guidelines naming it), and it has no tools, so
+        (`imagined_user_view`: no scenario, no guidelines naming it), and it has no tools, so
         no real environment is reached on its behalf. The committed episode keeps its own user."""
         if user is None:
             raise ValueError(
@@ -241,8 +241,8 @@ class Tau2Env(ToolCallEnv):
         return result.reward, result.components
 
     def tau2_score(self) -> Any:
-        """The episode's :class:`~.scoring.Tau2Score`, computed once at its end (the tau2 reward bases
-        registered in :mod:`envace_gym.rewards` read their component from it)."""
+        """The episode's `Tau2Score`, computed once at its end (the tau2 reward bases
+        registered in `envace_gym.rewards` read their component from it)."""
         assert self.task is not None
         if self._tau2_score is not None:
             return self._tau2_score

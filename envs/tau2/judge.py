@@ -1,7 +1,7 @@
 """An optional checklist judge for tau2's natural-language assertions (off by default).
 
 tau2 grades ``nl_assertions`` with a remote LLM; here any object with ``act(messages) -> .text`` (an
-:class:`envace_gym.agents.LMPolicy`) can judge, one yes/no question per assertion. No task of the shipped
+`envace_gym.agents.LMPolicy`) can judge, one yes/no question per assertion. No task of the shipped
 domains has ``NL_ASSERTION`` in its reward basis, so by default the verdicts are reported in
 ``info["tau2"]["nl_assertions"]`` and do not change the reward.
 """

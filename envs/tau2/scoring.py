@@ -1,4 +1,4 @@
-"""tau2's reward, computed by our own code over an :class:`EpisodeLog` (checked against ``tau2.evaluator``
+"""tau2's reward, computed by our own code over an `EpisodeLog` (checked against ``tau2.evaluator``
 by ``benchmarks/tau2_agreement.py``).
 
 Semantics, as in tau2-bench's evaluators:
@@ -11,7 +11,7 @@ Semantics, as in tau2-bench's evaluators:
 * ``ACTION``: every gold action matches some executed call (tau2's ``compare_with_tool_call``);
 * ``COMMUNICATE``: every ``communicate_info`` string occurs, case-insensitively, in some assistant text
   with commas removed;
-* ``NL_ASSERTION``: only with a judge (see :mod:`.judge`); tau2 refuses tasks graded on it otherwise.
+* ``NL_ASSERTION``: only with a judge (see `judge`); tau2 refuses tasks graded on it otherwise.
 
 The reward is the product of the task's ``reward_basis`` components.
 """
@@ -74,7 +74,7 @@ def _basis(name: str):
 
 
 def register_bases() -> None:
-    """Register tau2's reward bases (each reads the episode's :class:`Tau2Score` from ``Tau2Env``)."""
+    """Register tau2's reward bases (each reads the episode's `Tau2Score` from ``Tau2Env``)."""
     from envace_gym.rewards import register_reward_basis, reward_bases
 
     for name in BASES.values():

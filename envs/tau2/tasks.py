@@ -1,4 +1,4 @@
-"""tau2 tasks as :class:`envace_gym.Task` objects, built at run time from the installed ``tau2`` package.
+"""tau2 tasks as `envace_gym.Task` objects, built at run time from the installed ``tau2`` package.
 
 Each task keeps tau2's own task (JSON, in ``metadata["tau2"]["task"]``) for scoring. Its ``reference`` is
 the oracle's plan built from the gold actions: each agent-side action is one step (order preserved), and
@@ -92,7 +92,7 @@ def _final_answer(task: Any) -> str:
 def build_task(
     domain: str, task: Any, split: str = "test", actions: Iterable[GoldAction] | None = None, id_suffix: str = ""
 ) -> Task:
-    """Our :class:`Task` for one tau2 task. ``actions`` replaces the gold actions in the oracle's plan and
+    """Our `Task` for one tau2 task. ``actions`` replaces the gold actions in the oracle's plan and
     the scripted user's script (perturbation checks); scoring always uses the task's own criteria."""
     register_bases()
     plan = list(actions) if actions is not None else gold_actions(task)

@@ -1,6 +1,6 @@
 """The episode as tau2 sees it: participant messages and the tool calls that reached the environment.
 
-:class:`EpisodeLog` is what our scorer reads and what :func:`to_tau2_messages` turns into tau2's own
+`EpisodeLog` is what our scorer reads and what `to_tau2_messages` turns into tau2's own
 message objects (for ``tau2.evaluator``). It holds only what tau2's trajectory would hold: calls rejected
 by our deterministic checks (``TOOL_NOT_AVAILABLE``, ``INVALID_PARAMETERS``, bad call syntax) never reached
 the environment and are left out.

@@ -8,7 +8,7 @@ The protocol is small. A user is any object with
   of the user's own tool calls) and the user's tool schemas (telecom's device tools; empty elsewhere). A
   reply may call those tools with ``<tool_call>`` blocks: the env runs them and asks again. A reply that
   contains a stop token (``###STOP###``, ``###TRANSFER###``, ``###OUT-OF-SCOPE###``) ends the episode;
-* optionally ``reset(task)``, called with the :class:`envace_gym.Task` at the start of every episode.
+* optionally ``reset(task)``, called with the `envace_gym.Task` at the start of every episode.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ IMAGINED_USER_PROMPT = (
 
 def imagined_user_view(agent_messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The imagined user's conversation, built only from the messages the agent saw (``env.messages``):
-    :data:`IMAGINED_USER_PROMPT`, then the texts the two sides exchanged with roles flipped (``user``: the
+    `IMAGINED_USER_PROMPT`, then the texts the two sides exchanged with roles flipped (``user``: the
     agent's messages, ``assistant``: the customer's). The agent's system prompt, its tool calls and their
     results are not the customer's to see (as in tau2, where the user sees only the agent's text)."""
     out: list[dict[str, Any]] = [{"role": "system", "content": IMAGINED_USER_PROMPT}]
@@ -126,8 +126,8 @@ class ScriptedUser:
 
 class LMUser:
     """A language-model user: ``policy.act(messages, tools)`` plays the customer (any object with that
-    method and a ``.text`` result, e.g. :class:`envace_gym.agents.LMPolicy`). A
-    :class:`~envace_gym.imagination.ModelUser`: the rollout loop batches its turns across envs (one
+    method and a ``.text`` result, e.g. `envace_gym.agents.LMPolicy`). A
+    `ModelUser`: the rollout loop batches its turns across envs (one
     ``act_batch`` call per round where the model has one)."""
 
     def __init__(self, policy: Any) -> None:
