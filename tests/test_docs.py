@@ -85,3 +85,17 @@ def test_the_render_check_finds_a_raw_sphinx_role_and_the_docstrings_have_none()
     assert hook.raw_roles("<p>see <code>reset</code>: the env's method</p>") == []
     sources = [p for d in ("envace_gym", "agents", "envs") for p in (ROOT / d).rglob("*.py")]
     assert not [p for p in sources if hook.RAW_ROLE.search(p.read_text().replace(":`", ":<code>"))]
+
+
+def test_every_registered_env_has_a_card_with_its_spaces_reward_and_info():
+    import gymnasium as gym
+
+    import envace_gym  # noqa: F401  (registers the envs)
+
+    text = (ROOT / "docs" / "environments.md").read_text()
+    cards = dict(re.findall(r"^## (\S+)\n(.*?)(?=^## |\Z)", text, re.DOTALL | re.MULTILINE))
+    for env_id in sorted(k for k in gym.registry if k.startswith("EnvACE-")):
+        card = cards.get(env_id, "")
+        for part in ("Action space", "Observation space", "Reward", "Termination", "Truncation", "`info` keys"):
+            assert part in card, (env_id, part)
+        assert "Version history" in card and "`gym.make` arguments" in card, env_id
