@@ -202,3 +202,32 @@ def test_trajectory_holds_its_episode_and_round_trips(tmp_path):
     (tmp_path / "short.jsonl").write_text(json.dumps({**bad, "roles": ["prompt"]}) + "\n")
     with pytest.raises(ValueError, match="short.jsonl:1: .*differ in length"):
         load_trajectories(tmp_path / "short.jsonl")
+
+
+def test_the_env_roles_sampling_stream_belongs_to_the_rollout():
+    """Two collect() calls with the same seeds draw the same env-role answers, whatever drew from the
+    policy's own stream between them: the rollout seeds its env role's stream itself."""
+    from envace_gym.agents.lm.engine import SamplingConfig
+    from envace_gym.agents.lm.policy import tiny_policy
+    from envace_gym.imagination import ImagineRequest
+
+    policy = tiny_policy(seed=0, sampling=SamplingConfig(1.0, 1.0, 12, 0))
+    sampling = SamplingConfig(1.0, 1.0, 12, seed=7)
+    call = format_calls([ToolCall("get_balance", {"account_id": "A-1"})])
+
+    class Calling:  # a text actor that always calls, so every step asks the env role (the tiny LM)
+        def reset(self):
+            pass
+
+        def act(self, obs, info):
+            return call
+
+    def env_role_texts():
+        envs = [SelfRehearsalEnv(_env(suite="builtin/bank", max_turns=2), policy) for _ in range(2)]
+        actors = [Calling(), Calling()]
+        trajs = collect(envs, actors, 2, env_role_sampling=sampling, task_ids=["bank-train-0001"], progress=False)
+        return [s.completion_ids for t in trajs for s in t.env_role_samples]
+
+    first = env_role_texts()
+    policy.imagine_batch([ImagineRequest([{"role": "user", "content": "x"}])] * 3)  # the policy's own stream moves
+    assert first and env_role_texts() == first

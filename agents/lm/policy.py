@@ -181,12 +181,17 @@ class LMPolicy:
         return self.imagine_batch([request], sampling)[0]
 
     def imagine_batch(
-        self, requests: Sequence[ImagineRequest], sampling: SamplingConfig | None = None
+        self,
+        requests: Sequence[ImagineRequest],
+        sampling: SamplingConfig | None = None,
+        generator: torch.Generator | None = None,
     ) -> list[Generation]:
         """Env-role answers: prompted requests from their simulator prompt; inline ones continue the actor's
-        conversation with a tool message (from its exact token context and KV cache when given)."""
+        conversation with a tool message (from its exact token context and KV cache when given). They draw
+        from ``generator`` (the rollout's env-role stream, which ``collect`` keeps); without one, from this
+        policy's own stream (seeded from ``sampling.seed + 1`` on first use, or by :meth:`reseed`)."""
         sampling = sampling or self.sampling
-        if self._env_role_rng is None and sampling.seed is not None:
+        if generator is None and self._env_role_rng is None and sampling.seed is not None:
             # One stream for all env-role calls: re-seeding per call would repeat the same draws.
             self._env_role_rng = torch.Generator().manual_seed(sampling.seed + 1)
         encoded = [
@@ -197,7 +202,7 @@ class LMPolicy:
             [e[0] for e in encoded],
             keys=[r.key for r in requests],
             sampling=sampling,
-            generator=self._env_role_rng,
+            generator=generator if generator is not None else self._env_role_rng,
             prefix_lens=[e[1] for e in encoded],
         )
         return [_env_role_answer(gen, e[2], e[3]) for gen, e in zip(gens, encoded, strict=True)]

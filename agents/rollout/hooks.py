@@ -46,10 +46,13 @@ class PolicyChoice:
 @dataclass(frozen=True)
 class TurnContext:
     """What the loop tells a hook about the rollout it runs in: ``sampling``, the actor's sampling (None for
-    text policies), and ``env_role_sampling``, the env role's (None: each imaginer's own)."""
+    text policies), ``env_role_sampling``, the env role's (None: each imaginer's own), and ``env_role_rng``,
+    the rollout's env-role sampling stream (a ``torch.Generator`` seeded from ``env_role_sampling.seed``;
+    None: each imaginer's own stream)."""
 
     sampling: SamplingConfig | None = None
     env_role_sampling: SamplingConfig | None = None
+    env_role_rng: Any = None
 
 
 class PolicyHooks:

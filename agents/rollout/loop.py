@@ -57,6 +57,8 @@ from envace_gym.imagination.halfstep import EnvGroup, LocalEnvs, imaginer_of, st
 from envace_gym.jsonl import read_jsonl
 
 if TYPE_CHECKING:
+    import torch
+
     from envace_gym.agents.lm.engine import SamplingConfig
     from envace_gym.agents.lm.policy import LMPolicy
     from envace_gym.agents.lm.protocols import TextPolicy
@@ -320,6 +322,17 @@ def _imaginer(env: gym.Env | RemoteEnv, group: EnvGroup, index: int, lm: LMPolic
     return imaginer_of(env)
 
 
+def _env_role_stream(sampling: SamplingConfig | None) -> torch.Generator | None:
+    """The rollout's env-role sampling stream: one per ``collect`` call, seeded from the env role's sampling
+    seed (``seed + 1``: never the actor's stream), so that a rollout draws the same whatever ran before it;
+    None where the env role's sampling is the imaginers' own."""
+    if sampling is None or sampling.seed is None:
+        return None
+    import torch
+
+    return torch.Generator().manual_seed(sampling.seed + 1)
+
+
 def _user(env: gym.Env | RemoteEnv) -> ModelUser | None:
     """The model user whose turns the loop asks for (one engine call per model and round); None where the
     env has none, or a worker's user answers in its own process."""
@@ -434,35 +447,31 @@ def collect(
     actors = [None] * len(env_list) if lm is not None else _text_policies(policy, len(env_list))
     run = next(_RUNS)
     slots = [
-        _Slot(
-            env, i, actor, _imaginer(env, group, i, lm), None if isinstance(env, RemoteEnv) else user_of(env), run=run
-        )
+        _Slot(env, i, actor, _imaginer(env, group, i, lm), _user(env), run=run)
         for i, (env, actor) in enumerate(zip(env_list, actors, strict=True))
     ]
+    env_role_rng = _env_role_stream(env_role_sampling)
     if lm is not None:
-        side: _LMActors | _TextActors = _LMActors(lm, hooks, TurnContext(sampling or lm.sampling, env_role_sampling))
+        ctx = TurnContext(sampling or lm.sampling, env_role_sampling, env_role_rng)
+        side: _LMActors | _TextActors = _LMActors(lm, hooks, ctx)
     else:
-        side = _TextActors(TurnContext(None, env_role_sampling))
+        side = _TextActors(TurnContext(None, env_role_sampling, env_role_rng))
     bar = tqdm(total=episodes, desc=desc, disable=not progress, unit="ep")
     book = _Episodes(episodes, task_ids, seed, on_episode, bar)
     try:
-        _play(side, slots, group, book, env_role_sampling)
+        _play(side, slots, group, book)
     finally:
         bar.close()
     return book.in_order()
 
 
-def _play(
-    side: _LMActors | _TextActors,
-    slots: list[_Slot],
-    group: EnvGroup,
-    book: _Episodes,
-    env_role: SamplingConfig | None,
-) -> None:
+def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: EnvGroup, book: _Episodes) -> None:
     """The loop: ``side`` acts for every active env (an LM policy: one engine call), the envs step (their
-    env-role requests answered in one call per imaginer and round), each outcome is recorded; an env whose
-    episode ended starts the next one in its place in the batch."""
+    env-role requests answered in one call per imaginer and round, with the rollout's env-role sampling
+    and stream), each outcome is recorded; an env whose episode ended starts the next one in its place in
+    the batch."""
     imaginers, users = [s.imaginer for s in slots], [s.user for s in slots]
+    env_role = (side.ctx.env_role_sampling, side.ctx.env_role_rng)
     active = [s for s in slots if book.start(s)]
     side.begin(active)
     while active:
@@ -470,7 +479,8 @@ def _play(
         if not active:
             break
         actions = side.act(active)
-        outcomes = step_envs(group, [s.index for s in active], actions, imaginers, env_role, side.ask, users)
+        indices = [s.index for s in active]
+        outcomes = step_envs(group, indices, actions, imaginers, *env_role, ask=side.ask, users=users)
         still, fresh, turned = [], [], []
         for slot, outcome in zip(active, outcomes, strict=True):
             side.observe(slot, outcome[4])

@@ -325,6 +325,9 @@ class EnvACETrainer:
         groups = [f"{tag}g{g}" for g in mine for _ in range(cfg.group_size)]
         seed = cfg.seed * 1_000_003 + step * 7919 + self.rank * 101 + batch * 104_729
         sampling = SamplingConfig(cfg.temperature, cfg.top_p, cfg.max_new_tokens, seed=seed)
+        # The rollout keeps its env role's stream (collect seeds it from sampling.seed); the policy's own stream
+        # serves what runs outside it (a nested rehearsal without its own env-role sampling): restarted per
+        # step too, so a resumed run draws what an uninterrupted one did.
         self.policy.reseed(seed)
         if self.simulator is not None:
             self.simulator.reseed(seed + 17)

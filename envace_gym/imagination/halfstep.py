@@ -136,10 +136,14 @@ def answer_user_requests(
 
 
 def answer_requests(
-    requests: Sequence[ImagineRequest], imaginers: Sequence[Imaginer | None], sampling: SamplingLike | None = None
+    requests: Sequence[ImagineRequest],
+    imaginers: Sequence[Imaginer | None],
+    sampling: SamplingLike | None = None,
+    rng: object | None = None,
 ) -> list[EnvRoleAnswer | Exception]:
     """Each request's answer from its imaginer: one ``imagine_batch(requests, sampling)`` call per imaginer
-    (requests in the order given), or ``imagine(request)`` one by one for an imaginer that cannot batch. An
+    (requests in the order given; ``generator=rng`` too where the rollout keeps the env role's sampling
+    stream), or ``imagine(request)`` one by one for an imaginer that cannot batch. An
     imaginer that raises (or answers with something that is no answer) answers with its exception, which the
     env turns into that call's error."""
     answers: list[Any] = [None] * len(requests)
@@ -161,7 +165,12 @@ def answer_requests(
                     answers[i] = exc
             continue
         try:
-            gens = imaginer.imagine_batch(asked) if sampling is None else imaginer.imagine_batch(asked, sampling)
+            if sampling is None:
+                gens = imaginer.imagine_batch(asked)
+            elif rng is None:
+                gens = imaginer.imagine_batch(asked, sampling)
+            else:
+                gens = imaginer.imagine_batch(asked, sampling, generator=rng)
         except Exception as exc:  # every request of the batch sees the failure
             gens = [exc] * len(asked)
         for i, gen in zip(members, gens, strict=True):
@@ -208,13 +217,15 @@ def step_envs(
     actions: Sequence[Any],
     imaginers: Sequence[Imaginer | None],
     sampling: SamplingLike | None = None,
+    rng: object | None = None,
     ask: Asker | None = None,
     users: Sequence[ModelUser | None] | None = None,
 ) -> list[tuple]:
     """Step envs ``indices`` of ``group`` (`LocalEnvs`, or the rollout loop's
     ``RemoteEnvs`` for envs in worker processes) with
     ``actions``; results in order. Env ``i``'s env-role requests are answered by ``imaginers[i]``, those of a
-    round in one call per imaginer (``sampling``: the env role's, None for each imaginer's own); its user
+    round in one call per imaginer (``sampling``: the env role's, None for each imaginer's own; ``rng``: the
+    rollout's env-role sampling stream, None for each imaginer's own); its user
     turns by ``users[i]`` (`user_of`), those of a round in one call per user model. An env with neither
     steps whole (its own env role and user, if any, answer inside ``env.step``). ``ask`` completes each
     env-role request first (see `Asker`)."""
@@ -234,7 +245,8 @@ def step_envs(
         answers.update(zip(turns, said, strict=True))
         calls = [i for i in waiting if i not in answers]
         asked = [requests[i] if ask is None else ask(requests[i], i) for i in calls]
-        answers.update(zip(calls, answer_requests(asked, [imaginers[i] for i in calls], sampling), strict=True))
+        said_calls = answer_requests(asked, [imaginers[i] for i in calls], sampling, rng)
+        answers.update(zip(calls, said_calls, strict=True))
         pending.update(zip(waiting, group.continue_steps(waiting, [answers[i] for i in waiting]), strict=True))
     return group.step(list(indices), list(actions))  # ends each begun step through its wrappers
 

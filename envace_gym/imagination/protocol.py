@@ -141,10 +141,11 @@ class Imaginer(Protocol):
 class BatchImaginer(Imaginer, Protocol):
     """An imaginer that answers many requests in one engine call (an ``LMPolicy``): the rollout loop and
     the vector envs send each round's env-role requests as one ``imagine_batch`` call, with the env role's
-    sampling passed in (None: the imaginer's own)."""
+    sampling passed in (None: the imaginer's own) and, where the rollout keeps one, its sampling stream
+    (``generator``: a ``torch.Generator`` for an ``LMPolicy``; None: the imaginer's own)."""
 
     def imagine_batch(
-        self, requests: Sequence[ImagineRequest], sampling: SamplingLike | None = None
+        self, requests: Sequence[ImagineRequest], sampling: SamplingLike | None = None, generator: object | None = None
     ) -> list[Answer]: ...
 
 
