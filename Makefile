@@ -10,7 +10,7 @@ STAMP := $(VENV)/.envace-installed
 # resolves a multi-GB CUDA build whatever the machine's pip configuration prefers.
 TORCH := torch==2.13.0+cpu
 
-.PHONY: setup demo test docs lint bench warm-adapter clean verl-setup test-verl
+.PHONY: setup demo test docs docs-shots lint bench warm-adapter clean verl-setup test-verl
 
 setup: $(STAMP)
 
@@ -38,6 +38,13 @@ test: setup
 # The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt on every change; loopback only.
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
+
+# Screenshots of the main pages at 1280 and 390 px (runs/docs-shots/), for review: headless Chromium (Debian's
+# package, installed here when missing) on the built site, served on 127.0.0.1 only.
+docs-shots: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	command -v chromium >/dev/null || apt-get install -y -q chromium
+	$(PY) docs/hooks/shots.py --site site --out runs/docs-shots
 
 lint: setup
 	$(VENV)/bin/ruff check .
