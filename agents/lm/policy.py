@@ -189,7 +189,7 @@ class LMPolicy:
         """Env-role answers: prompted requests from their simulator prompt; inline ones continue the actor's
         conversation with a tool message (from its exact token context and KV cache when given). They draw
         from ``generator`` (the rollout's env-role stream, which ``collect`` keeps); without one, from this
-        policy's own stream (seeded from ``sampling.seed + 1`` on first use, or by :meth:`reseed`)."""
+        policy's own stream (seeded from ``sampling.seed + 1`` on first use, or by `reseed`)."""
         sampling = sampling or self.sampling
         if generator is None and self._env_role_rng is None and sampling.seed is not None:
             # One stream for all env-role calls: re-seeding per call would repeat the same draws.
