@@ -214,8 +214,11 @@ class ToolCallEnv(gym.Env[str, str]):
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     #: Attributes that `fork` shares with the copy instead of copying (large and never mutated by an
-    #: episode). A subclass adds its own (a user simulator holding a model, say).
-    fork_shared: tuple[str, ...] = ("suite", "pool", "task", "backend_spec", "observation_space", "action_space")
+    #: episode; ``spec``, gym.make's, holds the make kwargs, a whole task list among them). A subclass adds its
+    #: own (a user simulator holding a model, say).
+    fork_shared: tuple[str, ...] = (
+        "suite", "pool", "task", "backend_spec", "observation_space", "action_space", "spec",
+    )  # fmt: skip
     #: Task metadata keys a private-rehearsal fork keeps (``task.blind(keep=...)``): only keys that schedule
     #: what the agent is shown, never ground truth (BFCL: ``holdout``, the turn each held-out tool is offered).
     rehearsal_metadata: tuple[str, ...] = ()
