@@ -33,7 +33,7 @@ test: setup
 	$(VENV)/bin/ruff check .
 	# The docs site builds with no warning (broken links and anchors, docstrings the API page cannot read).
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=10
 
 # The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt on every change; loopback only.
 docs: setup
