@@ -99,3 +99,21 @@ def test_every_registered_env_has_a_card_with_its_spaces_reward_and_info():
         for part in ("Action space", "Observation space", "Reward", "Termination", "Truncation", "`info` keys"):
             assert part in card, (env_id, part)
         assert "Version history" in card and "`gym.make` arguments" in card, env_id
+
+
+def test_tables_wider_than_a_page_are_collapsed_and_narrow_ones_are_not():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("wide_tables", ROOT / "docs" / "hooks" / "wide_tables.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+
+    def table(columns: int) -> str:
+        row = "|" + "|".join(f" c{i} " for i in range(columns)) + "|"
+        return "\n".join([row, "|" + "---|" * columns, row])
+
+    narrow, wide = table(7), table(8)
+    assert hook.collapse_wide_tables(f"text\n\n{narrow}\n\nmore") == f"text\n\n{narrow}\n\nmore"
+    collapsed = hook.collapse_wide_tables(f"text\n\n{wide}\n\nmore")
+    assert '??? note "The full table (8 columns, 1 rows): open it"' in collapsed
+    assert all(line.startswith("    |") for line in collapsed.split("\n") if "c0" in line or "---" in line)
