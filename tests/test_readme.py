@@ -17,7 +17,7 @@ def test_quick_start_runs_and_matches_its_comments():
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), {})  # our own documentation, not model output
     printed = out.getvalue()
-    for comment in re.findall(r"print\([^)]*\)\s+# (.+)", code):
+    for comment in re.findall(r"print\([^)]*\)[ \t]+# (.+)", code):  # a comment on the print's own line
         if comment.startswith("the ") or comment.startswith("<tool_response>"):
             continue  # prose, or an escaped multi-line value
         assert comment.strip() in printed, comment
