@@ -270,9 +270,8 @@ class Tau2Env(ToolCallEnv):
         request (yielded); any other user replies here."""
         for _ in range(self.max_user_tool_rounds + 1):
             request = UserRequest(list(self._user_view), list(self.user_tools))
+            # continue_step turns a None answer (the caller left it to this env) into answer_user's
             raw = (yield request) if isinstance(self.user, ModelUser) else self.answer_user(request)
-            if raw is None:  # the caller left the request to this env's own user
-                raw = self.answer_user(request)
             if isinstance(raw, Exception):
                 self._result_info["user_error"] = f"{type(raw).__name__}: {raw}"
                 return "", "user_error"
