@@ -38,9 +38,16 @@ from .tasks import Task, TaskSuite
 from .transcript import render_transcript
 
 if TYPE_CHECKING:
-    from .imagination.protocol import EnvRoleAnswer, ImagineRequest, UserRequest
+    from .imagination.protocol import (
+        EnvRoleAnswer,
+        ImagineRequest,
+        JudgeRequest,
+        ModelRequest,
+        ModelUser,
+        UserRequest,
+    )
 
-__all__ = ["ToolCallEnv", "PendingStep", "AnswerTurn", "DEFAULT_SYSTEM_PROMPT", "clip", "play_here"]
+__all__ = ["ToolCallEnv", "PendingStep", "AnswerTurn", "EndTurn", "DEFAULT_SYSTEM_PROMPT", "clip", "play_here"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant that can call tools. To call a tool, write "
@@ -54,17 +61,22 @@ EnvBackend = str | Callable[[Task], Backend]  # what ToolCallEnv(backend=...) ta
 #: An answer's consequence as `ToolCallEnv.answer_turn` plays it: yields each simulated-user request,
 #: is sent its answer, returns ``(observation, terminated)``.
 AnswerTurn = Generator["UserRequest", "str | Exception | None", tuple[str, bool]]
+#: An episode's end as `ToolCallEnv.end_turn` plays it: yields each judge request, is sent its answer,
+#: returns ``(reward, components)``.
+EndTurn = Generator["JudgeRequest", "str | Exception | None", tuple[float, dict[str, float]]]
 
 
 T = TypeVar("T")
 
 
 def play_here(
-    turn: Generator[UserRequest, Any, T], answer: Callable[[UserRequest], str | Exception], sent: Any = None
+    turn: Generator[ModelRequest, Any, T],
+    answer: Callable[[ModelRequest], str | Exception],
+    sent: str | Exception | None = None,
 ) -> T:
-    """Run a turn (`AnswerTurn`, or any generator of user requests) to its end here, each request it
-    yields answered by ``answer``; returns what the turn returns (``sent``: what it is sent first; None
-    starts it)."""
+    """Run a turn (`AnswerTurn`, `EndTurn`, or any generator of user and judge requests) to its end here,
+    each request it yields answered by ``answer``; returns what the turn returns (``sent``: what it is sent
+    first; None starts it)."""
     try:
         request = turn.send(sent)
         while True:
@@ -89,16 +101,17 @@ class PendingStep:
     """A step that `ToolCallEnv.begin_step` began and that waits for its imagined calls' answers.
 
     ``requests`` are the requests to answer now: an env-role request
-    (`ImagineRequest`) for an imagined call, or a
-    `UserRequest` for a simulated user's turn where a model plays the user. At
+    (`ImagineRequest`) for an imagined call, a
+    `UserRequest` for a simulated user's turn where a model plays the user, or a
+    `JudgeRequest` for a judge's verdict on the ended episode where a model judges. At
     most one, because each call of a message is asked with the answers to the calls before it in view
-    (prompted: the conversation so far; inline: the actor's context), and a user's turn follows the
-    answer it replies to; empty when the step can finish. Plain data, so that a worker process can hand it
-    to its parent.
+    (prompted: the conversation so far; inline: the actor's context), a user's turn follows the
+    answer it replies to, and the judge reads the whole episode; empty when the step can finish. Plain data,
+    so that a worker process can hand it to its parent.
     """
 
     step: int  # the episode's step it belongs to (``env.steps``)
-    requests: list[ImagineRequest | UserRequest] = field(default_factory=list)
+    requests: list[ImagineRequest | ModelRequest] = field(default_factory=list)
 
 
 @dataclass
@@ -110,10 +123,13 @@ class _CallRun:
     shown: list[str] = field(default_factory=list)
     results: list[ToolResult] = field(default_factory=list)
     next: int = 0  # the next call to run
-    waiting: tuple[ToolCall | None, ImagineRequest | UserRequest] | None = None  # what awaits an answer
+    waiting: tuple[ToolCall | None, ImagineRequest | ModelRequest] | None = None  # what awaits an answer
     action: Any = None  # the action the step began with: step(action) ends the step with the same one
-    turn: AnswerTurn | None = None  # an answer's consequence (answer_turn), while a user request waits
+    turn: Generator[ModelRequest, Any, None] | None = None  # the step after its calls (_after_calls), while it waits
+    settled: bool = False  # the step after its calls ran to its end: the step can finish
     answered: tuple[str, bool] | None = None  # what the answer turn returned: (observation, terminated)
+    truncated: bool = False  # the step ends the episode at its turn limit
+    ended: tuple[float, dict[str, float]] | None = None  # the episode's (reward, components), when the step ended it
 
     @property
     def runs_calls(self) -> bool:
@@ -178,6 +194,10 @@ class ToolCallEnv(gym.Env[str, str]):
       `UserRequest` wherever a model must write the user's turn and is sent
       its answer; default: `on_answer`, with no request. Replace it to ask a simulated user (tau2),
       and `answer_user` to answer its requests in a whole step.
+    * `end_turn` ``()``: the end of an episode as a generator that yields a `JudgeRequest`
+      wherever a model must judge and is sent its answer, returning ``(reward, components)``; default:
+      `end_episode`, with no request. Replace it where a model judges (tau2's NL assertions), and
+      `answer_judge` to answer its requests in a whole step.
     * `score` ``() -> (reward, components)``: at the end of an episode. Default: the task's reward
       bases, each scored by the function registered with `envace_gym.rewards.register_reward_basis`
       (which receives the env as ``ctx.env``), multiplied; register your benchmark's basis there.
@@ -195,8 +215,8 @@ class ToolCallEnv(gym.Env[str, str]):
     **The step as two halves** (how a rollout loop batches the env role of many envs): `begin_step`
     ``(action) -> PendingStep`` parses the action, runs the checks and every call a backend answers by itself,
     and stops at the first call an imagined backend (one with ``begin_call``/``finish_call``, such as
-    `ImaginedBackend`) needs an answer for, or at a simulated user's turn a
-    model writes (`answer_turn`), returning its request;
+    `ImaginedBackend`) needs an answer for, at a simulated user's turn a
+    model writes (`answer_turn`), or at a judge's verdict a model gives (`end_turn`), returning its request;
     `continue_step` ``(answers)`` hands over the answers and returns the next requests; and
     ``step(action)`` with the same action, on the outermost wrapper, ends the step: every wrapper sees it as
     an ordinary step (an action wrapper maps the action again, to the text the step began with). Begin
@@ -333,27 +353,23 @@ class ToolCallEnv(gym.Env[str, str]):
             )
         if run.waiting is not None:
             raise ValueError("the step's requests wait for answers: hand them over with continue_step()")
-        terminated = False
-        results: list[ToolResult] = []
-        try:
-            if run.runs_calls:
-                observation, results = run.observation, run.results
-                self.on_calls(run.calls, run.errors, results)
-            else:
-                assert run.answered is not None
-                observation, terminated = run.answered
-        finally:
-            self._in_flight = None
+        self._in_flight = None
+        assert run.settled
+        if run.runs_calls:
+            observation, terminated, results = run.observation, False, run.results
+        else:
+            assert run.answered is not None
+            (observation, terminated), results = run.answered, []
         errors = run.errors
         self._count_calls(results, errors)
         fatal = next((r for r in results if r.fatal), None)
-        truncated = not terminated and not self.done and self.steps >= (self.task.max_turns or self.max_turns)
+        truncated = run.truncated
         reward, components, ended = 0.0, {}, {}
         if fatal is not None and not truncated and not self.done:
             ended = self.abort(f"unusable imagined result: {fatal.error.message if fatal.error else 'fatal'}")
             terminated = True
-        elif terminated or truncated:
-            reward, components = self.end_episode()
+        elif run.ended is not None:
+            reward, components = run.ended
         info = self.build_info(results, errors)
         if components:
             info["reward_components"] = components
@@ -372,7 +388,7 @@ class ToolCallEnv(gym.Env[str, str]):
         """Answer the step's requests, in order; run on to the next request. An env-role request's answer is a
         generation, a string, or the exception the env role raised (the episode sees it as that call's
         error); a user request's is the user's message, the exception the user raised, or None (this env's
-        own user answers it, `answer_user`)."""
+        own user answers it, `answer_user`); a judge request's the same of the judge (`answer_judge`)."""
         run = self._in_flight
         if run is None or run.waiting is None:
             raise RuntimeError("no request waits for an answer (begin_step first)")
@@ -380,9 +396,9 @@ class ToolCallEnv(gym.Env[str, str]):
             raise ValueError(f"{len(answers)} answers for 1 request")
         call, request = run.waiting
         run.waiting = None
-        if call is None:  # a user request: the answer turn runs on
+        if call is None:  # a user or judge request: the rest of the step runs on
             answer = answers[0]
-            self._play_turn(run, self.answer_user(request) if answer is None else answer, defer=True)  # type: ignore[arg-type]
+            self._play_turn(run, self._answer_here(request) if answer is None else answer, defer=True)  # type: ignore[arg-type]
             return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
         try:
             result = self.backend.finish_call(call, answers[0])  # type: ignore[union-attr]
@@ -390,7 +406,7 @@ class ToolCallEnv(gym.Env[str, str]):
             message = f"backend error: {type(exc).__name__}: {exc}"
             result = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
         self._record_result(run, call, result)
-        self._advance(run, defer=True)
+        self._run_on(run, defer=True)
         return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
 
     def render(self) -> str | None:
@@ -449,7 +465,7 @@ class ToolCallEnv(gym.Env[str, str]):
             backend.reset(fork.task)
         return fork
 
-    def prepare_rehearsal(self, user: Any) -> None:
+    def prepare_rehearsal(self, user: ModelUser | None) -> None:
         """Hook: make this fork (already holding the blind task and a detached backend) fit for private
         rehearsal (`RehearsalFork` calls it once on its snapshot). ``user``: an
         `ImaginedUser` (the rehearsing policy playing the user from the visible
@@ -512,6 +528,18 @@ class ToolCallEnv(gym.Env[str, str]):
         """This env's own answer to one of its user requests (a whole step; a worker whose parent cannot
         reach its user): the user's message, or the exception it raised. Default: none is ever asked."""
         raise NotImplementedError(f"{type(self).__name__} asks no user requests")
+
+    def end_turn(self) -> EndTurn:
+        """The episode's end, as a generator (see `EndTurn`): it yields a `JudgeRequest` wherever a model
+        must judge, so that the rollout loop can batch the verdicts across envs. Default: `end_episode`,
+        with no request."""
+        yield from ()
+        return self.end_episode()
+
+    def answer_judge(self, request: JudgeRequest) -> str | Exception:
+        """This env's own answer to one of its judge requests (a whole step; a worker): the judge's reply, or
+        the exception it raised. Default: none is ever asked."""
+        raise NotImplementedError(f"{type(self).__name__} asks no judge requests")
 
     def on_answer(self, content: str) -> tuple[str, bool]:
         """An answer (a message without calls): the next user turn, or the end of the episode."""
@@ -610,30 +638,51 @@ class ToolCallEnv(gym.Env[str, str]):
         run = self._start_calls(calls, errors) if calls or errors else _CallRun(calls, errors)
         run.action = action
         self._in_flight = run
-        if run.runs_calls:
-            self._advance(run, defer)
-        else:
-            run.turn = self.answer_turn(self.parsed.content)
-            self._play_turn(run, None, defer)
+        self._run_on(run, defer)
         return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
 
+    def _run_on(self, run: _CallRun, defer: bool) -> None:
+        """Run the step on to its next request (``defer``), or to its end: its calls, then the rest."""
+        self._advance(run, defer)
+        if run.waiting is None:
+            run.turn = self._after_calls(run)
+            self._play_turn(run, None, defer)
+
+    def _after_calls(self, run: _CallRun) -> Generator[ModelRequest, Any, None]:
+        """The step once its calls ran: the calls reported (`on_calls`), or the answer's consequence
+        (`answer_turn`); then, where the step ends the episode, its end (`end_turn`)."""
+        assert self.task is not None
+        if run.runs_calls:
+            self.on_calls(run.calls, run.errors, run.results)
+        else:
+            run.answered = yield from self.answer_turn(self.parsed.content)
+        terminated = run.answered is not None and run.answered[1]
+        run.truncated = not terminated and not self.done and self.steps >= (self.task.max_turns or self.max_turns)
+        # A step whose imagined result was unusable ends in abort (step()), unless it ends at the limit anyway.
+        if terminated or run.truncated:
+            run.ended = yield from self.end_turn()
+
     def _play_turn(self, run: _CallRun, answer: str | Exception | None, defer: bool) -> None:
-        """Run the answer turn on (sent ``answer``; None starts it) to its next user request (``defer``), or
-        to its end, each request answered by this env's own user (`answer_user`)."""
+        """Run the rest of the step on (sent ``answer``; None starts it) to its next user or judge request
+        (``defer``), or to its end, each request answered by this env's own user or judge."""
         assert run.turn is not None
         try:
             if not defer:
-                run.answered = play_here(run.turn, self.answer_user, answer)
+                play_here(run.turn, self._answer_here, answer)
             else:
                 try:
                     run.waiting = (None, run.turn.send(answer))
                     return
-                except StopIteration as end:
-                    run.answered = end.value
+                except StopIteration:
+                    pass
         except BaseException:
             self._in_flight = None  # a hook that raised ends the step, as it does in a whole step
             raise
-        run.turn = None
+        run.turn, run.settled = None, True
+
+    def _answer_here(self, request: ModelRequest) -> str | Exception:
+        """This env's own answer to a user or judge request (`answer_user`, `answer_judge`)."""
+        return self.answer_judge(request) if request.role == "judge" else self.answer_user(request)  # type: ignore[arg-type]
 
     def _start_calls(self, calls: list[ToolCall], errors: list[CallError]) -> _CallRun:
         """Show the backend the conversation, and the agent its format ``errors`` (no call to run)."""

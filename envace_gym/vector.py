@@ -29,7 +29,7 @@ from gymnasium.vector.utils import concatenate, iterate
 
 from .compose import check_imaginer, make_env
 from .imagination import Imaginer
-from .imagination.halfstep import LocalEnvs, imaginer_of, step_envs, user_of
+from .imagination.halfstep import LocalEnvs, imaginer_of, roles_of, step_envs
 
 __all__ = [
     "ToolCallVectorEnv",
@@ -78,7 +78,7 @@ class ToolCallVectorEnv(SyncVectorEnv):
         self._local = LocalEnvs(self.envs)
         # Each env's env role (its SelfRehearsalEnv's imaginer), answered by the step; None: nothing imagined.
         self._imaginers = [imaginer_of(env) for env in self.envs]
-        self._users = [user_of(env) for env in self.envs]  # a model user's turns, batched the same way
+        self._roles = [roles_of(env) for env in self.envs]  # a model user's turns and judge's verdicts, batched too
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
@@ -120,7 +120,7 @@ class ToolCallVectorEnv(SyncVectorEnv):
             else np.zeros_like(self._autoreset_envs)
         )
         stepping = [i for i in range(self.num_envs) if not resetting[i]]
-        stepped = step_envs(self._local, stepping, [actions[i] for i in stepping], self._imaginers, users=self._users)
+        stepped = step_envs(self._local, stepping, [actions[i] for i in stepping], self._imaginers, roles=self._roles)
         outcomes = dict(zip(stepping, stepped, strict=True))
 
         infos: dict[str, Any] = {}

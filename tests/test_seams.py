@@ -320,6 +320,69 @@ def test_envs_import_no_agents():
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
+#: The rollout / half-step / imaginer path, whose public signatures name their types (no bare ``Any``).
+TYPED_PATH = [
+    "agents/rollout/loop.py",
+    "agents/rollout/remote.py",
+    "agents/rollout/hooks.py",
+    "envace_gym/env.py",
+    "envace_gym/imagination/halfstep.py",
+    "envace_gym/imagination/backend.py",
+    "envace_gym/imagination/protocol.py",
+]
+
+
+def _functions_in(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def _functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return _functions_in(ast.parse(path.read_text()))
+
+
+def test_the_rollout_reads_top_to_bottom_short_functions_and_no_closures():
+    too_long, closures = {}, {}
+    for path in (ROOT / "agents" / "rollout").glob("*.py"):
+        for fn in _functions(path):
+            where = f"{path.name}:{fn.name}"
+            if fn.end_lineno - fn.lineno + 1 > 60:
+                too_long[where] = fn.end_lineno - fn.lineno + 1
+            inner = [
+                n.name for n in ast.walk(fn) if n is not fn and isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            ]
+            if inner:
+                closures[where] = inner
+    assert too_long == {} and closures == {}
+
+
+def test_no_class_in_agents_composes_by_getattr_proxy():
+    proxies = [
+        f"{path.relative_to(ROOT)}:{cls.name}"
+        for path in (ROOT / "agents").rglob("*.py")
+        for cls in ast.walk(ast.parse(path.read_text()))
+        if isinstance(cls, ast.ClassDef)
+        and any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in cls.body)
+    ]
+    assert proxies == []
+
+
+def test_the_rollout_path_has_no_bare_any_in_public_signatures():
+    def bare(annotation) -> bool:
+        return (isinstance(annotation, ast.Name) and annotation.id == "Any") or (
+            isinstance(annotation, ast.Constant) and annotation.value == "Any"
+        )
+
+    found = []
+    for name in TYPED_PATH:
+        for fn in _functions(ROOT / name):
+            if fn.name.startswith("_"):
+                continue
+            params = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+            found += [f"{name}:{fn.name}({a.arg})" for a in params if bare(a.annotation)]
+            found += [f"{name}:{fn.name} -> Any"] if bare(fn.returns) else []
+    assert found == []
+
+
 @pytest.mark.parametrize("backend", ["self-inline", "simulator"])  # real and self: tests/test_envace_trainer.py
 def test_the_trainer_composes_its_envs_as_the_backend_spec_says(backend):
     from envace_gym.agents.lm.policy import tiny_policy

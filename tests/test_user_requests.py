@@ -1,5 +1,6 @@
-"""A simulated user played by a model is a typed request the rollout loop answers: no model is called inside
-``env.step``, and the user turns of N envs (episodes, and private rehearsals) take one engine call per round."""
+"""A simulated user or a judge played by a model is a typed request the rollout loop answers: no model is called
+inside ``env.step``, and the user turns of N envs (episodes, and private rehearsals) and their judges' verdicts
+take one engine call per round."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from envace_gym.agents.rollout import collect
 from envace_gym.env import ToolCallEnv
 from envace_gym.envs.tau2.env import Tau2Env
 from envace_gym.envs.tau2.users import LMUser
-from envace_gym.imagination import ImaginedUser, UserRequest, user_of
+from envace_gym.imagination import ImaginedUser, JudgeRequest, UserRequest, roles_of, user_of
 from envace_gym.imagination.halfstep import begin_step
 
 TASK = "mock-update_task_1"
@@ -166,3 +167,88 @@ def test_model_users_read_their_generation():
     assert imagined.read(gen) == "Fine." and imagined.tokens == 3  # words only: its calls are dropped
     assert imagined.conversation(UserRequest([{"role": "user", "content": "hi"}], [{"name": "t"}]))[1] == []
     assert LMUser(UserModel()).conversation(UserRequest([], [{"name": "t"}]))[1] == [{"name": "t"}]
+
+
+class JudgeModel:
+    """A model that judges: YES to every statement. Counts its batches and raises if called inside a step."""
+
+    def __init__(self) -> None:
+        self.batches, self.single = [], 0
+
+    def act(self, messages, tools=()):
+        self.single += 1
+        return SimpleNamespace(text="YES")
+
+    def act_batch(self, conversations, sampling=None):
+        if _Stepping.depth:
+            raise AssertionError("the judge model was called inside env.step")
+        self.batches.append(len(conversations))
+        return [SimpleNamespace(text="YES") for _ in conversations]
+
+
+JUDGED = "mock-create_task_1"  # a task with natural-language assertions (reported, not in its reward basis)
+
+
+def test_judge_verdicts_of_n_envs_are_requests_answered_in_one_engine_call_per_round(monkeypatch):
+    from envace_gym.agents.scripted import OraclePolicy
+
+    _Stepping.guard(monkeypatch)
+    judge = JudgeModel()
+    envs = [gym.make("EnvACE-Tau2-v0", domain="mock", split=None, judge=judge) for _ in range(3)]
+    assert all(set(roles_of(env)) == {"judge"} for env in envs)  # the scripted user is no model role
+    oracles = [OraclePolicy(env.unwrapped.suite) for env in envs]
+    trajs = collect(envs, oracles, 3, task_ids=[JUDGED] * 3, progress=False)
+    n = len(envs[0].unwrapped._verdicts)
+    assert n >= 1 and judge.single == 0
+    assert judge.batches == [3] * n  # one round per assertion, every env's verdict in one call
+    assert all(env.unwrapped.tau2_score().checks["nl_assertions"] == [True] * n for env in envs)
+    assert all(t.reward == 1.0 for t in trajs)
+
+
+def _oracle_episode(env: Tau2Env, answer=None) -> tuple[dict, list]:
+    """The oracle's episode of `JUDGED` by plain steps; with ``answer``, in halves, each request answered by
+    ``answer(request)``. Returns the last info and the requests asked."""
+    from envace_gym.agents.scripted import OraclePolicy
+
+    policy, asked = OraclePolicy(env.suite), []
+    obs, info = env.reset(options={"task_id": JUDGED})
+    policy.reset()
+    while True:
+        action = policy.act(obs, info)
+        if answer is not None:
+            pending = begin_step(env, action)
+            while pending.requests:
+                asked.extend(pending.requests)
+                pending = env.continue_step([answer(pending.requests[0])])
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            return info, asked
+
+
+def test_a_whole_step_asks_the_envs_own_judge_and_a_half_step_yields_its_requests():
+    whole = JudgeModel()
+    info, _ = _oracle_episode(Tau2Env(domain="mock", split=None, judge=whole))
+    n = len(info["tau2"]["nl_assertions"])
+    assert n >= 1 and whole.single == n and info["tau2"]["nl_assertions"] == [True] * n
+
+    halves = JudgeModel()
+    env = Tau2Env(domain="mock", split=None, judge=halves)
+    info, asked = _oracle_episode(env, lambda request: "NO" if isinstance(request, JudgeRequest) else None)
+    judged = [r for r in asked if isinstance(r, JudgeRequest)]
+    assert len(judged) == n and "Statement:" in judged[0].messages[-1]["content"] and halves.single == 0
+    assert info["tau2"]["nl_assertions"] == [False] * n  # the answers handed over, not the env's own judge
+    info, _ = _oracle_episode(env, lambda request: None)  # None: the env's own judge answers
+    assert info["tau2"]["nl_assertions"] == [True] * n and halves.single == n
+
+
+def test_a_judge_that_raises_in_the_loop_rules_no_and_says_why():
+    from envace_gym.agents.scripted import OraclePolicy
+
+    class Broken(JudgeModel):
+        def act_batch(self, conversations, sampling=None):
+            raise RuntimeError("the judge broke")
+
+    env = gym.make("EnvACE-Tau2-v0", domain="mock", split=None, judge=Broken())
+    collect([env], OraclePolicy(env.unwrapped.suite), 1, task_ids=[JUDGED], progress=False)
+    assert not any(env.unwrapped.tau2_score().checks["nl_assertions"])
+    assert "the judge broke" in env.unwrapped._result_info["judge_error"]

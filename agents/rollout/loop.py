@@ -52,8 +52,8 @@ from envace_gym.agents.lm.conversation import Conversation
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext
 from envace_gym.agents.rollout.remote import RemoteEnv, RemoteEnvs
-from envace_gym.imagination import EnvRoleSample, Imaginer, ImagineRequest, ModelUser
-from envace_gym.imagination.halfstep import EnvGroup, LocalEnvs, imaginer_of, step_envs, user_of
+from envace_gym.imagination import EnvRoleSample, Imaginer, ImagineRequest, ModelRole
+from envace_gym.imagination.halfstep import EnvGroup, LocalEnvs, imaginer_of, roles_of, step_envs
 from envace_gym.jsonl import read_jsonl
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ class _Slot:
     index: int
     actor: TextPolicy | PolicyHooks | None = None  # this env's text policy; None under an LM policy
     imaginer: Imaginer | None = None  # who answers its env-role requests in the loop; None: the env itself
-    user: ModelUser | None = None  # the model user whose turns the loop asks for; None: the env asks its own
+    roles: dict[str, ModelRole] = field(default_factory=dict)  # the model user/judge the loop asks; else the env's own
     episode: int = -1
     obs: Any = None
     info: dict[str, Any] = field(default_factory=dict)
@@ -333,10 +333,10 @@ def _env_role_stream(sampling: SamplingConfig | None) -> torch.Generator | None:
     return torch.Generator().manual_seed(sampling.seed + 1)
 
 
-def _user(env: gym.Env | RemoteEnv) -> ModelUser | None:
-    """The model user whose turns the loop asks for (one engine call per model and round); None where the
-    env has none, or a worker's user answers in its own process."""
-    return None if isinstance(env, RemoteEnv) else user_of(env)
+def _roles(env: gym.Env | RemoteEnv) -> dict[str, ModelRole]:
+    """The model user and judge whose requests the loop answers (one engine call per model and round); none
+    where the env has none, or a worker's user and judge answer in its own process."""
+    return {} if isinstance(env, RemoteEnv) else roles_of(env)
 
 
 def _with_note(slot: _Slot) -> dict[str, Any]:
@@ -447,7 +447,7 @@ def collect(
     actors = [None] * len(env_list) if lm is not None else _text_policies(policy, len(env_list))
     run = next(_RUNS)
     slots = [
-        _Slot(env, i, actor, _imaginer(env, group, i, lm), _user(env), run=run)
+        _Slot(env, i, actor, _imaginer(env, group, i, lm), _roles(env), run=run)
         for i, (env, actor) in enumerate(zip(env_list, actors, strict=True))
     ]
     env_role_rng = _env_role_stream(env_role_sampling)
@@ -470,7 +470,7 @@ def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: EnvGroup, bo
     env-role requests answered in one call per imaginer and round, with the rollout's env-role sampling
     and stream), each outcome is recorded; an env whose episode ended starts the next one in its place in
     the batch."""
-    imaginers, users = [s.imaginer for s in slots], [s.user for s in slots]
+    imaginers, roles = [s.imaginer for s in slots], [s.roles for s in slots]
     env_role = (side.ctx.env_role_sampling, side.ctx.env_role_rng)
     active = [s for s in slots if book.start(s)]
     side.begin(active)
@@ -480,7 +480,7 @@ def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: EnvGroup, bo
             break
         actions = side.act(active)
         indices = [s.index for s in active]
-        outcomes = step_envs(group, indices, actions, imaginers, *env_role, ask=side.ask, users=users)
+        outcomes = step_envs(group, indices, actions, imaginers, *env_role, ask=side.ask, roles=roles)
         still, fresh, turned = [], [], []
         for slot, outcome in zip(active, outcomes, strict=True):
             side.observe(slot, outcome[4])

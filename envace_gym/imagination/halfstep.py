@@ -6,21 +6,31 @@ Each env's step runs in two halves (`begin_step` through the wrappers to ``ToolC
 `step_envs` begins every env's step, sends all the env-role requests that wait (at most one per env) to their
 imaginer as one ``imagine_batch`` call, hands each env its answer, and repeats while any env waits (a message with
 several imagined calls needs one round per call: each call is asked with the answers before it in view), then
-finishes every step. A simulated user played by a model (tau2's LM user, a rehearsal's imagined user) is asked
-the same way: its turn is a `UserRequest`, a round's user turns one call per model. No
-thread, no callback into the policy from inside ``env.step``: the loop that holds the actor's token stream
-drives the env role, with its sampling passed in, and the users' models.
+finishes every step. A simulated user played by a model (tau2's LM user, a rehearsal's imagined user) and a judge
+played by a model (tau2's NL-assertion judge) are asked the same way: a user's turn is a `UserRequest`, a
+verdict a `JudgeRequest`, a round's requests one call per model. No thread, no callback into the policy or
+any model from inside ``env.step``: the loop that holds the actor's token stream drives the env role, with
+its sampling passed in, and the models of the users and judges.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 
-from .protocol import BatchImaginer, EnvRoleAnswer, Imaginer, ImagineRequest, ModelUser, SamplingLike, UserRequest
+from .protocol import (
+    BatchImaginer,
+    EnvRoleAnswer,
+    Imaginer,
+    ImagineRequest,
+    ModelRequest,
+    ModelRole,
+    ModelUser,
+    SamplingLike,
+)
 
 if TYPE_CHECKING:
     from ..env import PendingStep
@@ -30,11 +40,13 @@ __all__ = [
     "EnvGroup",
     "HalfStepEnv",
     "LocalEnvs",
+    "answer_model_requests",
     "answer_requests",
     "answer_user_requests",
     "begin_step",
     "half_step_route",
     "imaginer_of",
+    "roles_of",
     "step_envs",
     "user_of",
     "with_context",
@@ -85,7 +97,7 @@ def half_step_route(env: gym.Env) -> tuple[HalfStepEnv, list[gym.ActionWrapper]]
     return (inner, mappings) if callable(getattr(inner, "begin_step", None)) else None
 
 
-def begin_step(env: gym.Env, action: Any) -> PendingStep:
+def begin_step(env: gym.Env, action: object) -> PendingStep:
     """Begin ``env``'s step with ``action`` as ``env.step(action)`` would: each action wrapper's ``action()``
     maps it on the way in, then the base begins (``ToolCallEnv.begin_step``). End the step with
     ``env.step(action)``, the same action, once every request is answered (``continue_step`` on the base)."""
@@ -109,30 +121,47 @@ def user_of(env: gym.Env) -> ModelUser | None:
     return user if isinstance(user, ModelUser) else None
 
 
-def answer_user_requests(
-    requests: Sequence[UserRequest], users: Sequence[ModelUser | None]
+def roles_of(env: gym.Env) -> dict[str, ModelRole]:
+    """The parts of ``env``'s world that a model plays and whose requests a loop may batch, by request
+    ``role``: ``"user"`` (`user_of`), ``"judge"`` (a `ModelRole` judge, tau2's checklist judge)."""
+    roles: dict[str, ModelRole] = {}
+    user, judge = user_of(env), getattr(env.unwrapped, "judge", None)
+    if user is not None:
+        roles["user"] = user
+    if isinstance(judge, ModelRole):
+        roles["judge"] = judge
+    return roles
+
+
+def answer_model_requests(
+    requests: Sequence[ModelRequest], roles: Sequence[ModelRole | None]
 ) -> list[str | Exception | None]:
-    """Each user request's message from its user's model: one ``act_batch`` call per model (``act`` one by
-    one for a model without it); a user's failure is its answer (the env ends the episode with a user
-    error); None where no user is given (the env's own user answers)."""
+    """Each user or judge request's answer from the model of its role (``roles[i]`` answers
+    ``requests[i]``): one ``act_batch`` call per model (``act`` one by one for a model without it); a
+    model's failure is its answer (a user's ends the episode with a user error, a judge's rules no); None
+    where no role is given (the env's own user or judge answers)."""
     answers: list[str | Exception | None] = [None] * len(requests)
     groups: dict[int, list[int]] = {}
-    for i, user in enumerate(users):
-        if user is not None:
-            groups.setdefault(id(user.model), []).append(i)
+    for i, role in enumerate(roles):
+        if role is not None:
+            groups.setdefault(id(role.model), []).append(i)
     for members in groups.values():
-        model = users[members[0]].model  # type: ignore[union-attr]
-        asked = [users[i].conversation(requests[i]) for i in members]  # type: ignore[union-attr]
+        model = roles[members[0]].model  # type: ignore[union-attr]
+        asked = [roles[i].conversation(requests[i]) for i in members]  # type: ignore[union-attr]
         try:
             if callable(getattr(model, "act_batch", None)):
                 gens: list[Any] = model.act_batch(asked)
             else:
                 gens = [model.act(messages, tools) for messages, tools in asked]
-        except Exception as exc:  # every user of the batch sees the failure
+        except Exception as exc:  # every request of the batch sees the failure
             gens = [exc] * len(members)
         for i, gen in zip(members, gens, strict=True):
-            answers[i] = gen if isinstance(gen, Exception) else users[i].read(gen)  # type: ignore[union-attr]
+            answers[i] = gen if isinstance(gen, Exception) else roles[i].read(gen)  # type: ignore[union-attr]
     return answers
+
+
+#: The name of `answer_model_requests` when it answered only users.
+answer_user_requests = answer_model_requests
 
 
 def answer_requests(
@@ -219,20 +248,18 @@ def step_envs(
     sampling: SamplingLike | None = None,
     rng: object | None = None,
     ask: Asker | None = None,
-    users: Sequence[ModelUser | None] | None = None,
+    roles: Sequence[Mapping[str, ModelRole]] | None = None,
 ) -> list[tuple]:
     """Step envs ``indices`` of ``group`` (`LocalEnvs`, or the rollout loop's
     ``RemoteEnvs`` for envs in worker processes) with
     ``actions``; results in order. Env ``i``'s env-role requests are answered by ``imaginers[i]``, those of a
     round in one call per imaginer (``sampling``: the env role's, None for each imaginer's own; ``rng``: the
-    rollout's env-role sampling stream, None for each imaginer's own); its user
-    turns by ``users[i]`` (`user_of`), those of a round in one call per user model. An env with neither
-    steps whole (its own env role and user, if any, answer inside ``env.step``). ``ask`` completes each
-    env-role request first (see `Asker`)."""
-    people = list(users) if users is not None else [None] * len(imaginers)
-    halves = [
-        (i, a) for i, a in zip(indices, actions, strict=True) if imaginers[i] is not None or people[i] is not None
-    ]
+    rollout's env-role sampling stream, None for each imaginer's own); its user turns and judge verdicts by
+    the model of ``roles[i][request.role]`` (`roles_of`), those of a round in one call per model. An env with
+    neither steps whole (its own env role, user and judge, if any, answer inside ``env.step``). ``ask``
+    completes each env-role request first (see `Asker`)."""
+    played = list(roles) if roles is not None else [{}] * len(imaginers)
+    halves = [(i, a) for i, a in zip(indices, actions, strict=True) if imaginers[i] is not None or played[i]]
     pending: dict[int, PendingStep | None] = dict.fromkeys(indices)
     if halves:
         begun = group.begin_steps([i for i, _ in halves], [a for _, a in halves])
@@ -240,8 +267,11 @@ def step_envs(
     while waiting := [i for i in indices if (p := pending[i]) is not None and p.requests]:
         requests = {i: pending[i].requests[0] for i in waiting}  # type: ignore[union-attr]
         answers: dict[int, EnvRoleAnswer | str | Exception | None] = {}
-        turns = [i for i in waiting if isinstance(requests[i], UserRequest)]
-        said = answer_user_requests([requests[i] for i in turns], [people[i] for i in turns])
+        turns = [i for i in waiting if not isinstance(requests[i], ImagineRequest)]
+        said = answer_model_requests(
+            [requests[i] for i in turns],  # type: ignore[misc]
+            [played[i].get(requests[i].role) for i in turns],  # type: ignore[union-attr]
+        )
         answers.update(zip(turns, said, strict=True))
         calls = [i for i in waiting if i not in answers]
         asked = [requests[i] if ask is None else ask(requests[i], i) for i in calls]

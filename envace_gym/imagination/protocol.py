@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol, get_args, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 __all__ = [
     "MODES",
@@ -16,6 +16,8 @@ __all__ = [
     "EnvRoleAnswer",
     "ImagineRequest",
     "Imaginer",
+    "JudgeRequest",
+    "ModelRole",
     "ModelUser",
     "UserRequest",
     "EnvRoleSample",
@@ -58,21 +60,42 @@ class UserRequest:
     answer is the message text, the exception the user raised, or None: the env's own user answers (in
     the env's process; what a worker env does when its parent cannot reach its user)."""
 
+    role: ClassVar[str] = "user"  # which of the env's model roles answers it (`ModelRole`)
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class JudgeRequest:
+    """A request for a judge's verdict at the end of an episode, where a model judges (tau2's checklist judge
+    of natural-language assertions): ``messages`` is the question, one assertion about the transcript. The
+    answer is the judge's reply text, the exception it raised, or None: the env's own judge answers."""
+
+    role: ClassVar[str] = "judge"
+    messages: list[dict[str, Any]]
+
+
+#: A request the rollout loop answers with a model other than the env role's imaginer.
+ModelRequest = UserRequest | JudgeRequest
+
+
 @runtime_checkable
-class ModelUser(Protocol):
-    """A user whose turns a ``model`` writes, which the rollout loop batches: the conversation the model
-    continues for a request, and the message its generation makes. ``reply`` is the same, one at a time
-    (the users protocol of ``envs/tau2/users.py``)."""
+class ModelRole(Protocol):
+    """A part of the world that a ``model`` plays (a simulated user, a judge), whose requests the rollout loop
+    batches: the conversation the model continues for a request, and the answer its generation makes. An
+    env names its roles by the requests' ``role`` (``"user"``, ``"judge"``)."""
 
     model: Any  # anything with act(messages, tools); act_batch([(messages, tools), ...]) to batch
 
-    def conversation(self, request: UserRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
+    def conversation(self, request: ModelRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
 
-    def read(self, generation: Any) -> str: ...
+    def read(self, generation: GenerationLike | str) -> str: ...
+
+
+@runtime_checkable
+class ModelUser(ModelRole, Protocol):
+    """A user whose turns a ``model`` writes, which the rollout loop batches (a `ModelRole`).
+    ``reply`` is the same, one at a time (the users protocol of ``envs/tau2/users.py``)."""
 
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str: ...
 
@@ -91,7 +114,7 @@ class EnvRoleAnswer:
     stop_text: str = ""
 
     @classmethod
-    def of(cls, answer: Any) -> EnvRoleAnswer:
+    def of(cls, answer: object) -> EnvRoleAnswer:
         """``answer`` as an `EnvRoleAnswer`: itself, a plain string (text only), or a generation
         (an engine's ``Generation``, or anything with ``.text`` and any of the fields above)."""
         if isinstance(answer, cls):

@@ -25,15 +25,15 @@ from envace_gym.calls import (
     tool_calls_to_openai,
     tool_names_of,
 )
-from envace_gym.env import AnswerTurn, ToolCallEnv, play_here
-from envace_gym.imagination.protocol import ModelUser, UserRequest
+from envace_gym.env import AnswerTurn, EndTurn, ToolCallEnv, play_here
+from envace_gym.imagination.protocol import JudgeRequest, ModelRole, ModelUser, UserRequest
 from envace_gym.tasks import Task, TaskSuite
 
 from . import _runtime
 from .backend import Tau2Backend, user_tool_schemas
 from .domains import check_domain
 from .judge import make_judge
-from .scoring import score_log
+from .scoring import assertions_to_judge, score_log, transcript
 from .tasks import load_suite
 from .trajectory import (
     EpisodeLog,
@@ -117,6 +117,7 @@ class Tau2Env(ToolCallEnv):
         self._history_calls = 0
         self._result_info: dict[str, Any] = {}
         self._tau2_score: Any = None
+        self._verdicts: list[bool] | None = None
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -141,6 +142,7 @@ class Tau2Env(ToolCallEnv):
         self._errors = 0
         self._result_info = {}
         self._tau2_score = None
+        self._verdicts = None
         self.log = EpisodeLog(log_from_history(history) if history else [LoggedMessage("assistant", GREETING)])
         self._history_calls = len(self.log.calls())
         self.messages = [
@@ -251,10 +253,33 @@ class Tau2Env(ToolCallEnv):
         # Real backend: every logged call ran on its environment, in order, so it is the replayed state.
         # Imagined results: the logged calls are replayed on a fresh real environment.
         final_env = self.backend.env if self._real and not self.replay_on_score else None
-        result = score_log(self.domain, self.task.metadata["tau2"]["task"], self.log, self.judge, final_env)
+        data = self.task.metadata["tau2"]["task"]
+        result = score_log(self.domain, data, self.log, self.judge, final_env, verdicts=self._verdicts)
         self._result_info.update(result.checks)
         self._tau2_score = result
         return result
+
+    def end_turn(self) -> EndTurn:
+        """The episode's end. A model judge's verdicts (one per NL assertion to rule on) are requests the
+        rollout loop answers, batched across envs; any other judge rules inside `score`."""
+        if self.scored and isinstance(self.judge, ModelRole) and self._tau2_score is None:
+            assert self.task is not None
+            asked = assertions_to_judge(self.task.metadata["tau2"]["task"], self.log)
+            verdicts = []
+            for question in self.judge.questions(asked, transcript(self.log)):
+                reply = yield JudgeRequest(question)
+                if isinstance(reply, Exception):  # a failing judge rules no: the assertion is not shown met
+                    self._result_info["judge_error"] = f"{type(reply).__name__}: {reply}"
+                verdicts.append(self.judge.verdict(reply))
+            self._verdicts = verdicts
+        return self.end_episode()
+
+    def answer_judge(self, request: JudgeRequest) -> str | Exception:
+        """The verdict of this env's own judge on ``request``; a crash is the answer."""
+        try:
+            return self.judge.read(self.judge.model.act(list(request.messages)))
+        except Exception as exc:
+            return exc
 
     # ------------------------------------------------------------------ user side
     def answer_user(self, request: UserRequest) -> str | Exception:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from envace_gym.imagination.protocol import JudgeRequest
+
 __all__ = ["ChecklistJudge", "make_judge", "JUDGE_PROMPT"]
 
 JUDGE_PROMPT = (
@@ -20,22 +22,47 @@ JUDGE_PROMPT = (
 
 
 class ChecklistJudge:
-    """``judge(assertions, transcript) -> [bool]``: each assertion is met when the model answers YES."""
+    """``judge(assertions, transcript) -> [bool]``: each assertion is met when the model answers YES.
+
+    Also a `ModelRole` (``model``, ``conversation``, ``read``): a tau2 env in a
+    rollout loop asks each assertion as a `JudgeRequest` (`questions`), which
+    the loop answers with one engine call per round across envs, and reads the verdicts with `verdict`.
+    """
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy
 
-    def __call__(self, assertions: Sequence[str], transcript: str) -> list[bool]:
-        verdicts = []
-        for assertion in assertions:
-            messages = [
+    @property
+    def model(self) -> Any:
+        return self.policy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ChecklistJudge:  # a forked env shares the model
+        return self
+
+    def questions(self, assertions: Sequence[str], transcript: str) -> list[list[dict[str, Any]]]:
+        """The chat asked for each assertion: the judge's instructions, the conversation and the statement."""
+        return [
+            [
                 {"role": "system", "content": JUDGE_PROMPT},
                 {"role": "user", "content": f"Conversation:\n{transcript}\n\nStatement: {assertion}\n\nYES or NO?"},
             ]
-            gen = self.policy.act(messages)
-            text = str(getattr(gen, "text", gen)).strip().upper()
-            verdicts.append(text.startswith("YES"))
-        return verdicts
+            for assertion in assertions
+        ]
+
+    def conversation(self, request: JudgeRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return list(request.messages), []
+
+    def read(self, generation: Any) -> str:
+        return str(getattr(generation, "text", generation))
+
+    @staticmethod
+    def verdict(reply: str | Exception) -> bool:
+        """Whether a reply says YES (a judge that raised: no)."""
+        return isinstance(reply, str) and reply.strip().upper().startswith("YES")
+
+    def __call__(self, assertions: Sequence[str], transcript: str) -> list[bool]:
+        asked = self.questions(assertions, transcript)
+        return [self.verdict(self.read(self.policy.act(messages))) for messages in asked]
 
 
 def make_judge(spec: Any) -> Any:

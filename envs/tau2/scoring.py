@@ -133,10 +133,27 @@ def transcript(log: EpisodeLog) -> str:
     return "\n".join(f"{m.role}: {m.text}" for m in log.messages if m.text)
 
 
+def assertions_to_judge(task_data: dict[str, Any], log: EpisodeLog) -> list[str]:
+    """The natural-language assertions a judge must rule on to score this episode (none where it did not end
+    as tau2 scores, or its task lists none)."""
+    if (log.termination or "max_steps") not in STOP_REASONS:
+        return []
+    criteria = _runtime.parse_task(task_data).evaluation_criteria
+    return list(criteria.nl_assertions or []) if criteria is not None else []
+
+
 def score_log(
-    domain: str, task_data: dict[str, Any], log: EpisodeLog, judge: Judge | None = None, final_env: Any = None
+    domain: str,
+    task_data: dict[str, Any],
+    log: EpisodeLog,
+    judge: Judge | None = None,
+    final_env: Any = None,
+    verdicts: Sequence[bool] | None = None,
 ) -> Tau2Score:
     """Score one episode of the tau2 task ``task_data`` (its JSON dict) the way tau2's evaluator does.
+
+    ``verdicts``: the judge's rulings on `assertions_to_judge`, where they were asked already (a rollout
+    loop answered them as `JudgeRequest`s); else ``judge`` is asked here.
 
     ``final_env``: the episode's own real environment, when every logged call ran on it in order; it then
     stands in for the replay (same calls, same order, so the same state; ``benchmarks/tau2_agreement.py``
@@ -170,13 +187,15 @@ def score_log(
         found = [communicated(info, texts) for info in criteria.communicate_info or []]
         checks["communicate"] = found
         components[BASES["COMMUNICATE"]] = 1.0 if all(found) else 0.0
-    if criteria.nl_assertions and judge is not None:
-        verdicts = [bool(v) for v in judge(list(criteria.nl_assertions), transcript(log))]
+    if criteria.nl_assertions and (judge is not None or verdicts is not None):
+        if verdicts is None:
+            verdicts = judge(list(criteria.nl_assertions), transcript(log))  # type: ignore[misc]
+        verdicts = [bool(v) for v in verdicts]
         checks["nl_assertions"] = verdicts
         if "NL_ASSERTION" in basis:
             components[BASES["NL_ASSERTION"]] = 1.0 if all(verdicts) else 0.0
     elif "NL_ASSERTION" in basis:
-        if judge is None:
+        if judge is None and verdicts is None:
             raise ValueError(f"tau2 task {task.id!r} is graded on NL_ASSERTION; pass judge=... to the env")
         components[BASES["NL_ASSERTION"]] = 1.0  # no assertions listed: tau2 scores 1
 
