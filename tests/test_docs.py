@@ -87,6 +87,23 @@ def test_the_render_check_finds_a_raw_sphinx_role_and_the_docstrings_have_none()
     assert not [p for p in sources if hook.RAW_ROLE.search(p.read_text().replace(":`", ":<code>"))]
 
 
+def test_the_render_check_finds_a_code_line_wider_than_the_page():
+    """A code block's line over the width fails the build, counted as the reader sees it (tags stripped,
+    entities unescaped: ``&lt;`` is one character); prose and a line at the width do not trip it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("render_checks", ROOT / "docs" / "hooks" / "render_checks.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    width = hook.CODE_WIDTH
+    fits = "&lt;" + "x" * (width - 2) + "&gt;"  # <xx...x>: exactly the width
+    wide = '<span class="n">' + "y" * (width + 1) + "</span>"
+    page = f'<p>{"z" * 200}</p><div class="highlight"><pre><span></span><code>{fits}\n{wide}\n</code></pre></div>'
+    assert hook.wide_code_lines(page) == ["y" * (width + 1)]
+    assert hook.wide_code_lines(page.replace(wide, "short")) == []
+    assert hook.wide_code_lines(page, width=width + 1) == []
+
+
 def test_every_registered_env_has_a_card_with_its_spaces_reward_and_info():
     import gymnasium as gym
 
