@@ -453,10 +453,10 @@ def plot(results: dict[str, Any], path: Path, group_size: int) -> None:
 
 def key_results(results: dict[str, Any]) -> str:
     """The page's "Key results" admonition: each trained arm's paired difference from the start, what it cost,
-    and whether the issue's goal holds (``grpo-real`` above the start; an imagination-only arm above it too and
-    recovering at least half of ``grpo-real``'s gain)."""
+    and whether the benchmark's goal holds (``grpo-real`` above the start; an imagination-only arm above it too
+    and recovering at least half of ``grpo-real``'s gain)."""
     split = next(iter(results.values()))["split"]
-    lines = ['!!! note "Key results"']
+    lines = ['!!! abstract "Key results"']
     real = (results.get("grpo-real") or {}).get("paired_vs_start")
     for name, r in results.items():
         d = r.get("paired_vs_start")
