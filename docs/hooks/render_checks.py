@@ -6,7 +6,9 @@ Each page's HTML is searched for two defects, and a page that has one is a warni
 - a Sphinx role left in a docstring (``:meth:`x```), which mkdocstrings shows as raw text;
 - a line of a code block (``<pre><code>``) wider than :data:`CODE_WIDTH` characters, which the page shows
   cut off behind a horizontal scroll. ``docs/ruff.toml`` formats the pages' Python blocks at that width;
-  shell commands and output are wrapped by hand.
+  shell commands and output are wrapped by hand. A block of class ``wide-source`` is not checked: a
+  repository file shown verbatim and collapsed (the examples gallery), whose lines follow the project's
+  own line length.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ RAW_ROLE = re.compile(r":(?:meth|class|func|mod|attr|data|exc|obj):(?:`|<code>)"
 #: The widest code line the page shows whole: Material's content column at a 1280 px desktop width holds
 #: about 90 characters of its code font (checked with ``make docs-shots``).
 CODE_WIDTH = 88
-#: A code block's content (pymdownx.highlight writes ``<pre><span></span><code>...</code></pre>``).
-_CODE_BLOCK = re.compile(r"<pre\b[^>]*>(.*?)</pre>", re.DOTALL)
+#: A code block: the classes of the ``<div>`` around it, and its content (pymdownx.highlight writes
+#: ``<div class="language-python highlight"><pre><span></span><code>...</code></pre></div>``).
+_CODE_BLOCK = re.compile(r'(?:<div class="([^"]*)">\s*)?<pre\b[^>]*>(.*?)</pre>', re.DOTALL)
+#: The class of a block the width check skips.
+UNCHECKED_CLASS = "wide-source"
 _TAG = re.compile(r"<[^>]+>")
 #: Pages whose code lines are not held to the width yet: the code layout's tree is being rewritten.
 WIDTH_UNCHECKED = {"layout.md"}
@@ -38,7 +43,9 @@ def wide_code_lines(html: str, width: int = CODE_WIDTH) -> list[str]:
     """The lines of ``html``'s code blocks wider than ``width`` characters, as the reader sees them."""
     lines = []
     for block in _CODE_BLOCK.finditer(html):
-        text = html_lib.unescape(_TAG.sub("", block.group(1)))
+        if UNCHECKED_CLASS in (block.group(1) or "").split():
+            continue
+        text = html_lib.unescape(_TAG.sub("", block.group(2)))
         lines += [line for line in text.split("\n") if len(line.rstrip()) > width]
     return lines
 
