@@ -28,8 +28,9 @@ seeds, and the pooled Wilson interval.
 (rewards, ``trained_rows``, ``groups_with_spread``, ``rollout_s``, ``update_s``, live / logged / diagnostic /
 verifier calls...) and every evaluation episode's outcome by task id. ``results.json`` aggregates them;
 ``table.md`` and ``learning.png`` are written from it, and ``--write-docs RESULTS.json`` renders the docs'
-tables from a kept one. ``--resume`` keeps finished runs and continues an arm cut short from its newest
-checkpoint (LoRA arms from its adapter file, over the same start).
+tables from a kept one (``--plot RESULTS.json`` its figure, as ``RESULTS.png`` beside it). ``--resume``
+keeps finished runs and continues an arm cut short from its newest checkpoint (LoRA arms from its adapter
+file, over the same start).
 
     python benchmarks/learning.py                                        # the default run
     python benchmarks/learning.py --eval-split val --arms untrained,grpo-real --seeds 0   # go/no-go on val
@@ -411,23 +412,30 @@ def kind_table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path, group_size: int) -> None:
-    """Left: each arm's paired difference from the start with its interval; right: the training reward and the
-    groups with spread per step, per arm (mean over seeds). Sized to be read at page width."""
+    """Top: each arm's paired difference from the start with its interval; below, per step and per arm (mean
+    over seeds): the training reward, and the share of groups with a reward spread. Sized to be read at a docs
+    page's width (7 inches, 10-point text: about 10 points still at 700 px)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    colors = {n: f"C{i}" for i, n in enumerate(results)}
+    from matplotlib.ticker import MaxNLocator
+
+    fig = plt.figure(figsize=(7, 6.5), layout="constrained")
+    grid = fig.add_gridspec(2, 2, height_ratios=(0.85, 1))
+    ax1, ax2, ax3 = fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
     names = [n for n, r in results.items() if r.get("paired_vs_start")]
     for i, n in enumerate(names):
         d = results[n]["paired_vs_start"]
         ax1.errorbar(
             [100 * d["mean"]], [i], xerr=[[100 * (d["mean"] - d["ci95"][0])], [100 * (d["ci95"][1] - d["mean"])]],
-            fmt="o", capsize=4,
+            fmt="o", capsize=4, color=colors[n],
         )  # fmt: skip
     ax1.axvline(0, color="grey", lw=1)
     ax1.set_yticks(range(len(names)), [f"{n}\n{results[n]['live_calls']:,.0f} live calls" for n in names])
+    ax1.set_ylim(-0.5, len(names) - 0.5)
     ax1.set_xlabel("paired difference from the start, points (95% CI)")
     for n, r in results.items():
         seeds = [s for s in r["records"].values() if s]
@@ -435,28 +443,30 @@ def plot(results: dict[str, Any], path: Path, group_size: int) -> None:
             continue
         steps = min(len(s) for s in seeds)
         reward = [sum(s[i]["reward_actor"] for s in seeds) / len(seeds) for i in range(steps)]
-        ax2.plot(range(1, steps + 1), reward, label=f"{n}: training reward")
+        ax2.plot(range(1, steps + 1), reward, color=colors[n], label=n)
         # groups of a step: its episodes over the group size (dynamic sampling may play more than tasks_per_step)
         share = [
             sum(s[i].get("groups_with_spread", 0) / max(1, s[i]["n_actor"] / group_size) for s in seeds) / len(seeds)
             for i in range(steps)
         ]
-        ax2.plot(range(1, steps + 1), share, ls=":", label=f"{n}: share of groups with spread")
-    ax2.set_xlabel("step")
-    ax2.set_ylim(0, 1)
+        ax3.plot(range(1, steps + 1), share, color=colors[n], label=n)
+    for ax, label in ((ax2, "training reward"), (ax3, "share of groups with a reward spread")):
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(label, fontsize=10)
+        ax.set_ylim(0, 1)
     if ax2.get_legend_handles_labels()[0]:
-        ax2.legend(fontsize=8)
-    fig.tight_layout()
+        ax2.legend(loc="upper left")
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def key_results(results: dict[str, Any]) -> str:
     """The page's "Key results" admonition: each trained arm's paired difference from the start, what it cost,
-    and whether the issue's goal holds (``grpo-real`` above the start; an imagination-only arm above it too and
-    recovering at least half of ``grpo-real``'s gain)."""
+    and whether the benchmark's goal holds (``grpo-real`` above the start; an imagination-only arm above it too
+    and recovering at least half of ``grpo-real``'s gain)."""
     split = next(iter(results.values()))["split"]
-    lines = ['!!! note "Key results"']
+    lines = ['!!! abstract "Key results"']
     real = (results.get("grpo-real") or {}).get("paired_vs_start")
     for name, r in results.items():
         d = r.get("paired_vs_start")
@@ -522,6 +532,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="RESULTS.json",
         help="train nothing: rewrite docs/learning.md's tables from a results file",
     )
+    parser.add_argument(
+        "--plot",
+        metavar="RESULTS.json",
+        help="train nothing: draw a results file's figure (a test-id run's) as RESULTS.png beside it",
+    )
     for key, value in DEFAULT.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=None, help=f"default {value}")
     args = parser.parse_args(argv)
@@ -551,6 +566,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.write_docs:
         return {"table": write_docs(args.write_docs)}
+    if args.plot:
+        kept = json.loads(Path(args.plot).read_text())
+        plot(kept["arms"], Path(args.plot).with_suffix(".png"), kept["settings"]["group_size"])
+        return {"plot": str(Path(args.plot).with_suffix(".png"))}
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     seeds = [int(s) for s in str(args.seeds).split(",")]
     for seed in seeds:  # a bad slice is an error before anything trains

@@ -39,8 +39,10 @@ class ReferenceRecorder:
         rec = ReferenceRecorder(Library, state, backend_name="my/library")
         (book,) = rec.step(("find_book", {"title": "Dune"}))  # the real result
         rec.step(("borrow", {"book_id": book["book_id"], "member_id": "M-11"}))
-        turn = rec.turn("Done: Dune is lent to M-11.", contains=["M-11"])  # a RefTurn; the next turn starts
-        task = rec.build(id=..., user_turns=[...], reward=[...])  # or Task(..., reference=(turn,))
+        # a RefTurn; the next turn starts
+        turn = rec.turn("Done: Dune is lent to M-11.", contains=["M-11"])
+        # or Task(..., reference=(turn,))
+        task = rec.build(id=..., user_turns=[...], reward=[...])
     """
 
     def __init__(

@@ -87,6 +87,54 @@ def test_the_render_check_finds_a_raw_sphinx_role_and_the_docstrings_have_none()
     assert not [p for p in sources if hook.RAW_ROLE.search(p.read_text().replace(":`", ":<code>"))]
 
 
+def test_the_render_check_finds_a_code_line_wider_than_the_page():
+    """A code block's line over the width fails the build, counted as the reader sees it (tags stripped,
+    entities unescaped: ``&lt;`` is one character); prose and a line at the width do not trip it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("render_checks", ROOT / "docs" / "hooks" / "render_checks.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    width = hook.CODE_WIDTH
+    fits = "&lt;" + "x" * (width - 2) + "&gt;"  # <xx...x>: exactly the width
+    wide = '<span class="n">' + "y" * (width + 1) + "</span>"
+    page = f'<p>{"z" * 200}</p><div class="highlight"><pre><span></span><code>{fits}\n{wide}\n</code></pre></div>'
+    assert hook.wide_code_lines(page) == ["y" * (width + 1)]
+    assert hook.wide_code_lines(page.replace(wide, "short")) == []
+    assert hook.wide_code_lines(page, width=width + 1) == []
+    # a repository file shown verbatim (the examples gallery's source blocks) is not held to the width
+    source = page.replace('<div class="highlight">', f'<div class="{hook.UNCHECKED_CLASS} highlight">')
+    assert hook.wide_code_lines(source) == []
+
+
+def test_the_examples_gallery_shows_every_file_of_examples():
+    """docs/examples.md is generated from examples/ (docs/hooks/examples_gallery.py): every file there has
+    its source block, and every script its docstring's first paragraph, so a new example cannot be left off."""
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("examples_gallery", ROOT / "docs" / "hooks" / "examples_gallery.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)  # tags read as text
+    assert "docs/hooks/examples_gallery.py" in config["hooks"]
+    assert any("examples.md" in str(section) for section in config["nav"])
+    page = hook.on_page_markdown(
+        (ROOT / "docs" / "examples.md").read_text(),
+        page=None,
+        config={"docs_dir": str(ROOT / "docs"), "config_file_path": str(ROOT / "mkdocs.yml")},
+        files=None,
+    )
+    assert hook.MARKER not in page
+    files = hook.example_files(ROOT / "examples")
+    assert {"sb3_ppo.py", "trl_grpo.py"} <= {p.name for p in files} and len(files) >= 7
+    for path in files:
+        assert f'Source: `{path.relative_to(ROOT).as_posix()}`"' in page, path
+        if path.suffix == ".py":
+            assert hook.description(path)[0] in page and f"python {path.relative_to(ROOT).as_posix()}" in page
+
+
 def test_every_registered_env_has_a_card_with_its_spaces_reward_and_info():
     import gymnasium as gym
 

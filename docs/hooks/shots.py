@@ -26,6 +26,7 @@ PAGES = {
     "environments": "environments/",
     "learning": "learning/",
     "benchmarks": "benchmarks/",
+    "examples": "examples/",
     "api": "api/",
 }
 #: (name, width, height): a desktop's and a phone's first screen, and a taller desktop view.
