@@ -30,8 +30,6 @@ _CODE_BLOCK = re.compile(r'(?:<div class="([^"]*)">\s*)?<pre\b[^>]*>(.*?)</pre>'
 #: The class of a block the width check skips.
 UNCHECKED_CLASS = "wide-source"
 _TAG = re.compile(r"<[^>]+>")
-#: Pages whose code lines are not held to the width yet: the code layout's tree is being rewritten.
-WIDTH_UNCHECKED = {"layout.md"}
 
 
 def raw_roles(html: str) -> list[str]:
@@ -54,7 +52,7 @@ def on_post_page(output: str, page, config) -> str:
     found = raw_roles(output)
     if found:
         log.warning(f"{page.file.src_path}: {len(found)} raw Sphinx role(s) in the page, e.g. {found[0]!r}")
-    wide = [] if page.file.src_path in WIDTH_UNCHECKED else wide_code_lines(output)
+    wide = wide_code_lines(output)
     for line in wide:
         log.warning(f"{page.file.src_path}: a code line of {len(line.rstrip())} > {CODE_WIDTH} characters: {line!r}")
     return output
