@@ -411,16 +411,46 @@ def before_after_table(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(before_path: str, after_path: str) -> None:
-    """Rewrite the before/after block of ``docs/benchmarks.md`` from two result files; run nothing."""
+def before_after_plot(before: dict[str, Any], after: dict[str, Any], png: Path) -> None:
+    """Ours / raw before and after, per workload and env count, as grouped bars (1.0: raw decoding's rate),
+    drawn at a size legible at the docs' page width."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(DOCS_GROUPS), figsize=(7.7, 2.9), sharey=True, layout="constrained")
+    for ax, (label, run, mode) in zip(axes, DOCS_GROUPS, strict=True):
+        rows = {
+            name: (res["runs"][run]["modes"][mode]["rows"] if mode else res["runs"][run]["rows"])
+            for name, res in (("before", before), ("after", after))
+        }
+        envs = [r["envs"] for r in rows["before"]]
+        for k, (name, colour) in enumerate((("before", "#9e9e9e"), ("after", "#1f77b4"))):
+            ratios = [r["ours_vs_raw"] for r in rows[name]]
+            ax.bar([i + (k - 0.5) * 0.38 for i in range(len(envs))], ratios, 0.38, label=name, color=colour)
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+        ax.set_xticks(range(len(envs)), [str(n) for n in envs])
+        ax.set_xlabel("envs")
+        ax.set_title(label.split(" (")[0], fontsize=10)
+    axes[0].set_ylabel("ours / raw decoding")
+    axes[0].legend(fontsize=9, loc="lower left")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def write_docs(before_path: str, after_path: str, block: str = "throughput-before-after") -> None:
+    """Rewrite the before/after block ``block`` of ``docs/benchmarks.md`` from two result files, and its plot
+    (``docs/results/<block>.png``); run nothing."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _docs import write_block
+    from _docs import DOCS, write_block
 
     before, after = (json.loads(Path(p).read_text()) for p in (before_path, after_path))
-    changed = write_block("benchmarks.md", "throughput-before-after", before_after_table(before, after))
-    print(f"docs/benchmarks.md: throughput-before-after {'rewritten' if changed else 'unchanged'}")
+    changed = write_block("benchmarks.md", block, before_after_table(before, after))
+    before_after_plot(before, after, DOCS / "results" / f"{block}.png")
+    print(f"docs/benchmarks.md: {block} {'rewritten' if changed else 'unchanged'}; docs/results/{block}.png written")
 
 
 def repeats_table(repeats: dict[str, Any]) -> str:
@@ -480,6 +510,11 @@ def main() -> None:
         "(e.g. docs/results/throughput_before_2026-12-05.json docs/results/throughput_after_2026-12-05.json)",
     )
     parser.add_argument(
+        "--docs-block",
+        default="throughput-before-after",
+        help="with --write-docs: the marked block of docs/benchmarks.md to rewrite (and the PNG's name)",
+    )
+    parser.add_argument(
         "--write-repeats-docs",
         metavar="REPEATS.json",
         help="measure nothing: rewrite docs/benchmarks.md's table of repeated runs before and after a change from "
@@ -487,7 +522,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.write_docs:
-        write_docs(*args.write_docs)
+        write_docs(*args.write_docs, block=args.docs_block)
         return
     if args.write_repeats_docs:
         write_repeats_docs(args.write_repeats_docs)
