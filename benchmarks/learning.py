@@ -10,6 +10,8 @@ Every arm starts from the same warm start and gets the same steps, tasks and gro
 * ``envace-log``: the same, its examples drawn from a tool log of *other* train tasks' results, never the
   task's own;
 * ``envace-blind``: the same with no real result anywhere in the env role's prompt;
+* ``envace-blind-nopenalty``: a control of ``envace-blind`` with ``invalid_penalty=0``: the rows of a group
+  whose rewards are all equal carry no signal, so what it learns comes from the task reward alone;
 * older arms, kept for ``--arms``: ``envace-ref-targets`` (envace-ref plus the task's own logged results as
   supervised env-role targets: what ``envace-log`` meant before 2026-12-06), ``envace-ref-rehearsal``
   (half the task groups trained with a rehearsal memory), ``envace-frozen-env`` (the env role's samples
@@ -72,6 +74,7 @@ ARMS: dict[str, dict[str, Any] | None] = {
     "envace-ref": {"backend": "self", "grounding": "reference"},
     "envace-log": {"backend": "self", "grounding": "log", "tool_log": "reference", "log_targets": False},
     "envace-blind": {"backend": "self", "grounding": "none"},
+    "envace-blind-nopenalty": {"backend": "self", "grounding": "none", "invalid_penalty": 0.0},
     "envace-ref-targets": _REF_TARGETS,
     "envace-ref-rehearsal": {**_REF_TARGETS, "rehearsal_fraction": 0.5, "rehearsal_budget": 2},
     "envace-frozen-env": {"backend": "self", "train_env_role": False},
