@@ -273,10 +273,42 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
         # the same meaning for a fresh and a resumed run: the steps' own time, evaluation apart
         "train_s": round(sum(r["rollout_s"] + r["update_s"] for r in records), 1),
         "tokens": sum(r["actor_tokens"] + r["env_role_tokens"] + r.get("rehearsal_tokens", 0) for r in records),
+        "code": code_version(),
     }
 
 
+def code_version() -> str | None:
+    """The code this run evaluates with (``git describe --always --dirty`` of this checkout; None outside git):
+    a start and an arm are paired only where both were evaluated at the same code, because greedy outcomes can
+    change with it (11 of 96 start outcomes of seed 0 did between two versions of 2026-12-06; the torch
+    thread count changed none)."""
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
 # ----------------------------------------------------------------------------------------- aggregation
+def code_pairing(runs: list[dict[str, Any]], start: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Which of an arm's seeds were evaluated at the same code as the start's run of that seed (``same``), at
+    another (``differs``: their paired difference mixes the code change in), or cannot tell (``unknown``: a
+    run kept from before results recorded their code)."""
+    start_code = {r["seed"]: r.get("code") for r in start}
+    out: dict[str, list[int]] = {"same": [], "differs": [], "unknown": []}
+    for r in runs:
+        mine, theirs = r.get("code"), start_code.get(r["seed"])
+        key = "unknown" if mine is None or theirs is None else ("same" if mine == theirs else "differs")
+        out[key].append(r["seed"])
+    return out
+
+
 def paired(runs: list[dict[str, Any]], start: list[dict[str, Any]], split: str) -> dict[str, Any] | None:
     """The arm's paired per-task difference from the start on ``split``: each task's outcome minus the
     start's on it, averaged over the seeds that played it; bootstrap 95% interval over tasks."""
@@ -322,6 +354,8 @@ def summarize(
             # every episode's outcome by seed and task id: any figure above can be recomputed from these
             "outcomes": {str(r["seed"]): r["evals"][s]["outcomes"] for r in runs if s in r["evals"]},
         }
+    if name != "untrained" and start:
+        out["start_code"] = code_pairing(runs, start)
     main = out.get(split, {})
     records = [rec for r in runs for rec in r["records"]]
     n = len(runs)
@@ -637,6 +671,14 @@ def report(args, arms: list[str], seeds: list[int], t0: float) -> dict[str, Any]
     if results:
         plot(results, out / "learning.png", args.group_size)
     print(text)
+    for name, result in results.items():
+        apart = result.get("start_code", {})
+        if apart.get("differs") or apart.get("unknown"):
+            print(
+                f"note: {name}'s seeds {apart['differs']} were evaluated at other code than the start's and "
+                f"{apart['unknown']} at code not recorded: their paired difference can mix in a code change; "
+                "evaluate untrained again at this code (delete its seed folders, --resume) to pair like with like"
+            )
     print(f"total {(time.monotonic() - t0) / 60:.1f} min")
     return summary
 

@@ -197,3 +197,11 @@ def test_error_foresight_probes_pair_each_reference_call_with_one_that_fails_for
         assert same is task and (right_wrong, wrong_wrong) == (False, True) and right.name == wrong.name
         assert wrong.arguments["account_id"] not in json.dumps(task.initial_state)
         assert bench.real_fails(task, wrong) and not bench.real_fails(task, right)
+
+
+def test_the_learning_benchmark_tells_which_seeds_pair_an_arm_and_the_start_at_the_same_code():
+    learning = _load("learning")
+    assert learning.code_version()  # this checkout is a git checkout: its code is named
+    start = [{"seed": 0, "code": "abc"}, {"seed": 1, "code": "abc"}, {"seed": 2, "code": "abc"}]
+    arm = [{"seed": 0, "code": "abc"}, {"seed": 1, "code": "def-dirty"}, {"seed": 2}]  # seed 2: kept from before
+    assert learning.code_pairing(arm, start) == {"same": [0], "differs": [1], "unknown": [2]}
