@@ -279,9 +279,9 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
 
 def code_version() -> str | None:
     """The code this run evaluates with (``git describe --always --dirty`` of this checkout; None outside git):
-    a start and an arm are paired only where both were evaluated at the same code, because greedy outcomes can
-    change with it (11 of 96 start outcomes of seed 0 did between two versions of 2026-12-06; the torch
-    thread count changed none)."""
+    a start and an arm are paired only where both were evaluated at the same code. (A kept start evaluation of
+    seed 0, its code not recorded, differs from today's on 11 of 96 tasks; three commits and 1 or 2 torch
+    threads since all give today's outcomes.)"""
     try:
         done = subprocess.run(
             ["git", "describe", "--always", "--dirty"],
