@@ -38,6 +38,7 @@ from envace_gym.agents.eval.stats import paired_bootstrap, wilson_interval
 from envace_gym.agents.lm.device import resolve_device
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
+from envace_gym.agents.provenance import describe_environment, run_environment
 from envace_gym.agents.rollout import Trajectory, load_trajectories, save_trajectories
 from envace_gym.agents.train.envace import EnvACETrainer
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
@@ -293,6 +294,9 @@ def run_demo(cfg: DemoConfig) -> Path:
         f"{cfg.episodes} {EVAL_SPLIT} episodes on the real backends before and after -> {run_dir}"
     )
     policy = LMPolicy.from_spec(cfg.policy, sampling=sampling).to(cfg.device)
+    # Greedy outcomes move with the float kernels, precision and versions: say where these figures come from.
+    environment = run_environment(policy)
+    console.print(f"environment: {describe_environment(environment)}")
     warm = _warm_start(policy, cfg, run_dir)
 
     before_trajs, before = _evaluate(policy, cfg, "warm start: eval")
@@ -329,6 +333,7 @@ def run_demo(cfg: DemoConfig) -> Path:
         "calls": calls,
         "envace": records,
         "seconds": round(time.monotonic() - started, 1),
+        "environment": environment,
     }
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     _plot(run_dir / "plot.png", before, after, records, rl_cfg.group_size)
@@ -357,5 +362,6 @@ def run_demo(cfg: DemoConfig) -> Path:
         f"({calls['diagnostic_calls']} diagnostic calls, never trained on); "
         f"warm start: {warm['warm']}; total {metrics['seconds']:.0f} s"
     )
+    console.print(f"environment: {describe_environment(environment)}")
     console.print(f"run folder: {run_dir} (metrics.json, plot.png, transcript.md, trajectories_*.jsonl, envace/)")
     return run_dir

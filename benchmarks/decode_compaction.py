@@ -30,6 +30,7 @@ import learning  # noqa: E402  (the benchmark's task pool and envs: one definiti
 import update_cost  # noqa: E402  (its trainer: the same policy, warm start and step)
 
 from envace_gym.agents import recipe  # noqa: E402
+from envace_gym.agents.provenance import run_environment  # noqa: E402
 
 
 def play(trainer: Any, drop: bool, step: int) -> tuple[dict[str, Any], list[list[int]]]:
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ),
         "sampled_tokens_identical": sampled_same,
         "greedy_tokens_identical": greedy_same,
+        "environment": run_environment(trainer.policy),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

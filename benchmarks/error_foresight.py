@@ -42,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning  # noqa: E402  (the learning benchmark's task pool and policy loading: one of each)
 from _docs import write_block  # noqa: E402
 
+from envace_gym.agents.provenance import run_environment  # noqa: E402
+
 
 def absent_account(task, account: str) -> str:
     """An ``A-NNNN`` id that appears nowhere in the task's initial state (so the real call fails)."""
@@ -178,7 +180,7 @@ def main() -> None:
     settings = {"split": args.split, "suite": args.suite, "tasks": len(items) // 2, "device": args.device,
                 "max_new_tokens": args.max_new_tokens, "seed": args.seed}  # fmt: skip
     results = {"settings": settings, "rows": rows, "minutes": (time.monotonic() - t0) / 60,
-               "date": time.strftime("%Y-%m-%d")}  # fmt: skip
+               "date": time.strftime("%Y-%m-%d"), "environment": run_environment(device=args.device)}  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))

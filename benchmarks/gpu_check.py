@@ -552,6 +552,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from envace_gym.agents.lm.engine import SamplingConfig
     from envace_gym.agents.lm.models import tiny_model
     from envace_gym.agents.lm.policy import LMPolicy
+    from envace_gym.agents.provenance import run_environment
 
     device = torch.device(args.device)
     began = time.perf_counter()
@@ -576,6 +577,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
             result["vllm"] = vllm_check(policy, args.envs, args.new_tokens, args.vllm_memory, Path(tmp))
     result["seconds"] = round(time.perf_counter() - began, 1)
+    result["environment"] = run_environment(policy)
     result["ok"] = passed(result)
     return result
 

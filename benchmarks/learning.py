@@ -58,6 +58,7 @@ from envace_gym.agents import recipe
 from envace_gym.agents.eval.stats import paired_bootstrap, t_interval, wilson_interval
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
+from envace_gym.agents.provenance import pairing_mismatch, run_environment
 from envace_gym.agents.rollout import save_trajectories
 from envace_gym.agents.rollout.loop import collect
 from envace_gym.agents.train.checkpoint import latest_checkpoint
@@ -273,50 +274,73 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
         # the same meaning for a fresh and a resumed run: the steps' own time, evaluation apart
         "train_s": round(sum(r["rollout_s"] + r["update_s"] for r in records), 1),
         "tokens": sum(r["actor_tokens"] + r["env_role_tokens"] + r.get("rehearsal_tokens", 0) for r in records),
-        "code": code_version(),
+        # where it ran (code, kernels, precision, threads, versions): a start and an arm pair only where these match
+        "environment": run_environment(policy),
+        # the start evaluated here too, where the kept one ran elsewhere (see start_evaluation)
+        "start": start_evaluation(name, start, args, seed, out, run_environment(policy)),
     }
 
 
-def code_version() -> str | None:
-    """The code this run evaluates with (``git describe --always --dirty`` of this checkout; None outside git):
-    a start and an arm are paired only where both were evaluated at the same code. (A kept start evaluation of
-    seed 0, its code not recorded, differs from today's on 11 of 96 tasks; three commits and 1 or 2 torch
-    threads since all give today's outcomes.)"""
-    try:
-        done = subprocess.run(
-            ["git", "describe", "--always", "--dirty"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+def start_evaluation(
+    name: str, start: str, args, seed: int, out: Path, environment: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The start's evaluation for a trained arm's seed, made here when the kept one (``OUT/untrained-seed<k>``)
+    ran in another environment (code, kernels, precision, versions; `pairing_mismatch`) or is missing: greedy
+    outcomes flip with the float kernels, so an arm is paired only with a start evaluated where it was. None where
+    the kept one matches (or for ``untrained`` itself)."""
+    if name == "untrained":
         return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    kept = Path(args.out) / f"untrained-seed{seed}" / "result.json"
+    if kept.exists() and not pairing_mismatch(json.loads(kept.read_text()).get("environment"), environment):
+        return None
+    print(f"{name}-seed{seed}: evaluating the start here too (the kept one is missing or ran elsewhere)", flush=True)
+    policy = load(start, args, seed)
+    (out / "start").mkdir(parents=True, exist_ok=True)
+    return {"evals": measure(policy, args, seed, out / "start"), "environment": run_environment(policy)}
 
 
 # ----------------------------------------------------------------------------------------- aggregation
-def code_pairing(runs: list[dict[str, Any]], start: list[dict[str, Any]]) -> dict[str, list[int]]:
-    """Which of an arm's seeds were evaluated at the same code as the start's run of that seed (``same``), at
-    another (``differs``: their paired difference mixes the code change in), or cannot tell (``unknown``: a
-    run kept from before results recorded their code)."""
-    start_code = {r["seed"]: r.get("code") for r in start}
-    out: dict[str, list[int]] = {"same": [], "differs": [], "unknown": []}
+def start_pairing(run: dict[str, Any], kept: dict[int, dict[str, Any]]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The start's evaluation that an arm's run (one seed's ``result.json``) pairs with: the one the run made
+    itself (``run["start"]``), else the kept ``untrained`` run of its seed (``kept``: by seed), whichever was
+    evaluated in the same environment (`pairing_mismatch` empty: same code, kernels, precision, device and
+    versions). None and what differs when neither was: that seed is refused, not paired."""
+    differ: list[str] = ["no start evaluation of this seed"]
+    for candidate in (run.get("start"), kept.get(run["seed"])):
+        if candidate is None:
+            continue
+        mismatch = pairing_mismatch(run.get("environment"), candidate.get("environment"))
+        if not mismatch:
+            return candidate, []
+        differ = mismatch
+    return None, differ
+
+
+def pairing(runs: list[dict[str, Any]], start: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which of an arm's seeds pair with a start evaluated in their environment (``paired``), and which were
+    refused, with what differs (``refused``: seed -> keys, e.g. ``["cpu_capability"]``)."""
+    kept = {r["seed"]: r for r in start}
+    out: dict[str, Any] = {"paired": [], "refused": {}}
     for r in runs:
-        mine, theirs = r.get("code"), start_code.get(r["seed"])
-        key = "unknown" if mine is None or theirs is None else ("same" if mine == theirs else "differs")
-        out[key].append(r["seed"])
+        match, differ = start_pairing(r, kept)
+        if match is None:
+            out["refused"][str(r["seed"])] = differ
+        else:
+            out["paired"].append(r["seed"])
     return out
 
 
 def paired(runs: list[dict[str, Any]], start: list[dict[str, Any]], split: str) -> dict[str, Any] | None:
     """The arm's paired per-task difference from the start on ``split``: each task's outcome minus the
-    start's on it, averaged over the seeds that played it; bootstrap 95% interval over tasks."""
-    before: dict[str, int] = {}
-    for r in start:
-        before.update(r["evals"].get(split, {}).get("outcomes", {}))
+    start's on it (the start evaluated in the same environment as that seed: `start_pairing`; other seeds are
+    left out), averaged over the seeds that played it; bootstrap 95% interval over tasks."""
+    kept = {r["seed"]: r for r in start}
     per_task: dict[str, list[int]] = {}
     for r in runs:
+        match, _ = start_pairing(r, kept)
+        if match is None:
+            continue
+        before = match["evals"].get(split, {}).get("outcomes", {})
         for task, outcome in r["evals"].get(split, {}).get("outcomes", {}).items():
             if task in before:
                 per_task.setdefault(task, []).append(outcome - before[task])
@@ -355,7 +379,7 @@ def summarize(
             "outcomes": {str(r["seed"]): r["evals"][s]["outcomes"] for r in runs if s in r["evals"]},
         }
     if name != "untrained" and start:
-        out["start_code"] = code_pairing(runs, start)
+        out["pairing"] = pairing(runs, start)
     main = out.get(split, {})
     records = [rec for r in runs for rec in r["records"]]
     n = len(runs)
@@ -371,6 +395,7 @@ def summarize(
         groups_with_spread=sum(rec.get("groups_with_spread", 0) for rec in records) / n,
         groups=sum(rec.get("n_actor", 0) for rec in records) / group_size / n,
         records={str(r["seed"]): r["records"] for r in runs},
+        environments={str(r["seed"]): r.get("environment") for r in runs},
     )
     return out
 
@@ -672,12 +697,12 @@ def report(args, arms: list[str], seeds: list[int], t0: float) -> dict[str, Any]
         plot(results, out / "learning.png", args.group_size)
     print(text)
     for name, result in results.items():
-        apart = result.get("start_code", {})
-        if apart.get("differs") or apart.get("unknown"):
+        refused = result.get("pairing", {}).get("refused")
+        if refused:
+            why = "; ".join(f"seed {seed}: {', '.join(keys)}" for seed, keys in refused.items())
             print(
-                f"note: {name}'s seeds {apart['differs']} were evaluated at other code than the start's and "
-                f"{apart['unknown']} at code not recorded: their paired difference can mix in a code change; "
-                "evaluate untrained again at this code (delete its seed folders, --resume) to pair like with like"
+                f"refused to pair {name} with the start on seeds {list(refused)} (they ran in other environments: "
+                f"{why}); evaluate them again here (delete those seed folders, --resume) to pair like with like"
             )
     print(f"total {(time.monotonic() - t0) / 60:.1f} min")
     return summary

@@ -48,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning  # noqa: E402  (the learning benchmark's task pool and warm start: one of each)
 from _docs import write_block  # noqa: E402
 
+from envace_gym.agents.provenance import run_environment  # noqa: E402
+
 #: ``--configs`` default: every use at budgets 1, 2, 4 and adaptive.
 USES = ("memory-parallel", "memory-sequential", "select-agreement", "select-draft", "select-outcome", "select-judge")
 DEFAULT_CONFIGS = ",".join(f"{use}:{budget}" for use in USES for budget in (1, 2, 4, "adaptive"))
@@ -306,7 +308,8 @@ def main() -> None:
                     "max_new_tokens", "device", "split")  # fmt: skip
             settings = {k: getattr(args, k) for k in keys}
             report = {"settings": settings, "policies": policies, "results": results,
-                      "minutes": round((time.monotonic() - t0) / 60, 1)}  # fmt: skip
+                      "minutes": round((time.monotonic() - t0) / 60, 1),
+                      "environment": run_environment(policy)}  # fmt: skip
             (out / "results.json").write_text(json.dumps(report, indent=2))
     plot(results, out / "rehearsal_budget.png")
     print(table(results))

@@ -57,6 +57,7 @@ from rollout_throughput import (  # noqa: E402
 import envace_gym  # noqa: E402
 from envace_gym.agents.lm.engine import Generation  # noqa: E402
 from envace_gym.agents.lm.policy import LMPolicy  # noqa: E402
+from envace_gym.agents.provenance import run_environment  # noqa: E402
 
 MODES = ("prompted", "inline")
 
@@ -190,6 +191,7 @@ def main() -> None:
         flush=True,
     )
     result = {"benchmark": "rehearsal_throughput", "policy": args.policy, "bf16": policy.engine.bf16, **machine()}
+    result["environment"] = run_environment(policy)
     result.update(measure(policy, workload, envs, naive_episodes))
     print(
         f"{'mode':>8} {'envs':>4} | {'ours tok/s':>10} | {'naive':>6} | {'raw':>6} | {'ours/naive':>10} "

@@ -45,6 +45,7 @@ import envace_gym  # noqa: F401  (registers the env)
 from envace_gym import ToolCall, format_calls
 from envace_gym.agents.lm.engine import HFEngine, SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
+from envace_gym.agents.provenance import run_environment
 from envace_gym.agents.rollout import collect
 from envace_gym.imagination import SIMULATOR_SYSTEM_PROMPT
 
@@ -541,6 +542,7 @@ def main() -> None:
         flush=True,
     )
     result = {"benchmark": "rollout_throughput", "policy": args.policy, "bf16": policy.engine.bf16, **machine()}
+    result["environment"] = run_environment(policy)
     result.update(measure(policy, workload, envs, naive_episodes))
     naive_row = result["naive"]
     print(f"naive loop: {naive_row['tok_s']} tok/s ({naive_row['tokens']} tok in {naive_row['s']}s, one env at a time)")

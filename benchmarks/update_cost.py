@@ -23,6 +23,7 @@ import envace_gym  # noqa: F401  (registers the envs)
 from envace_gym.agents import recipe
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
+from envace_gym.agents.provenance import run_environment
 from envace_gym.agents.train.envace import EnvACETrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "update_s": timings,
         "median_update_s": medians,
         "lora_over_full": round(medians["lora"] / max(medians["full"], 1e-9), 3),
+        "environment": run_environment(full.policy),
         "trainable_parameters": {
             "full": sum(p.numel() for p in full.model.parameters() if p.requires_grad),
             "lora": sum(p.numel() for p in lora.model.parameters() if p.requires_grad),

@@ -33,6 +33,8 @@ from envace_gym.agents.rollout.loop import collect
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning  # noqa: E402  (the benchmark's task pool, envs and kinds: one definition)
 
+from envace_gym.agents.provenance import run_environment  # noqa: E402
+
 
 def spread(trajectories: list[Any], group: int) -> dict[str, Any]:
     """Groups of ``group`` consecutive episodes of one task: the share whose rewards differ, mean success."""
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     out.parent.mkdir(parents=True, exist_ok=True)
     for scale in (float(s) for s in args.scales.split(",")):
         rows.append(measure_scale(scale, args))
-        out.write_text(json.dumps({"settings": vars(args), "rows": rows}, indent=1))
+        kept = {"settings": vars(args), "rows": rows, "environment": run_environment(device=args.device)}
+        out.write_text(json.dumps(kept, indent=1))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     print(table(rows))
     return rows

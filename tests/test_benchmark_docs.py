@@ -199,9 +199,32 @@ def test_error_foresight_probes_pair_each_reference_call_with_one_that_fails_for
         assert bench.real_fails(task, wrong) and not bench.real_fails(task, right)
 
 
-def test_the_learning_benchmark_tells_which_seeds_pair_an_arm_and_the_start_at_the_same_code():
+def test_the_learning_report_pairs_an_arm_with_a_start_only_where_they_ran_in_the_same_environment():
+    """Hand-made records: seed 0 ran alike; seed 1's start used other kernels; seed 2's start is kept from
+    before environments were recorded; seed 3's arm evaluated its start again where it ran. Only seeds 0 and 3
+    are paired, the refusals name what differs, and the paired difference reads only the paired seeds."""
     learning = _load("learning")
-    assert learning.code_version()  # this checkout is a git checkout: its code is named
-    start = [{"seed": 0, "code": "abc"}, {"seed": 1, "code": "abc"}, {"seed": 2, "code": "abc"}]
-    arm = [{"seed": 0, "code": "abc"}, {"seed": 1, "code": "def-dirty"}, {"seed": 2}]  # seed 2: kept from before
-    assert learning.code_pairing(arm, start) == {"same": [0], "differs": [1], "unknown": [2]}
+    from envace_gym.agents.provenance import run_environment
+
+    here = run_environment(precision="float32")
+    avx512 = {**here, "cpu_capability": "AVX512"}
+    older_torch = {**here, "versions": {**here["versions"], "torch": "2.12.0+cpu"}}
+
+    def evals(outcome: int) -> dict:
+        return {"test-id": {"outcomes": {"t": outcome}}}
+
+    start = [
+        {"seed": 0, "environment": here, "evals": evals(0)},
+        {"seed": 1, "environment": avx512, "evals": evals(0)},
+        {"seed": 2, "evals": evals(0)},
+        {"seed": 3, "environment": older_torch, "evals": evals(1)},
+    ]
+    arm = [{"seed": s, "environment": here, "evals": evals(1)} for s in range(4)]
+    arm[3]["start"] = {"environment": here, "evals": evals(0)}  # re-evaluated where the arm ran
+    assert learning.pairing(arm, start) == {
+        "paired": [0, 3],
+        "refused": {"1": ["cpu_capability"], "2": ["environment"]},
+    }
+    assert learning.paired(arm, start, "test-id")["mean"] == 1.0  # seeds 0 and 3: 1 - 0 each; seed 1 not read
+    arm[3]["start"] = None  # without its own start evaluation seed 3 meets the kept one: another torch
+    assert learning.pairing(arm, start)["refused"]["3"] == ["versions.torch"]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from envace_gym.agents.provenance import run_environment
 from envace_gym.agents.rollout.loop import EpisodeResult, Trajectory, collect
 
 if TYPE_CHECKING:
@@ -27,6 +28,9 @@ class EvalReport:
 
     results: list[EpisodeResult]
     trajectories: list[Trajectory] = field(default_factory=list, repr=False)
+    #: Where it ran (`envace_gym.agents.provenance.run_environment`: code, kernels, precision, threads,
+    #: versions); `evaluate` fills it in, and `summary` reports it.
+    environment: dict[str, Any] | None = field(default=None, repr=False)
 
     @classmethod
     def from_trajectories(cls, trajectories: Sequence[Trajectory]) -> EvalReport:
@@ -41,6 +45,8 @@ class EvalReport:
             by_domain[r.domain].append(r)
         out = _stats(self.results)
         out["by_domain"] = {d: _stats(rs) for d, rs in sorted(by_domain.items())}
+        if self.environment is not None:
+            out["environment"] = self.environment
         rows = self.per_episode()
         if any(row["rehearsals"] for row in rows):
             n = len(rows)
@@ -133,4 +139,6 @@ def evaluate(
     trajectories = collect(
         env, policy, episodes, sampling=sampling, task_ids=task_ids, seed=seed, progress=progress, desc=desc
     )
-    return EvalReport.from_trajectories(trajectories)
+    report = EvalReport.from_trajectories(trajectories)
+    report.environment = run_environment(None if isinstance(policy, Sequence) else policy)
+    return report

@@ -25,6 +25,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from envace_gym.agents.provenance import run_environment
 from envace_gym.agents.rollout import collect
 from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.backends.spec import BackendSpec
@@ -108,6 +109,7 @@ def fidelity_report(
         summary = stats.summary()
         summary["mode"] = mode
         summary["key_f1_by_tool"] = {t: sum(v) / len(v) for t, v in sorted(stats.by_tool.items())}
+        summary["environment"] = run_environment(imaginer if hasattr(imaginer, "engine") else None)
         report["backends"][name] = summary
     return report
 

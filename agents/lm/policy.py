@@ -23,7 +23,15 @@ from .engine import Generation, HFEngine, SamplingConfig
 from .models import load_model_and_tokenizer, tiny_model
 from .protocols import Engine
 
-__all__ = ["LMPolicy", "tiny_policy", "ImagineRequest", "Generation", "SamplingConfig", "bf16_supported"]
+__all__ = [
+    "LMPolicy",
+    "tiny_policy",
+    "ImagineRequest",
+    "Generation",
+    "SamplingConfig",
+    "bf16_supported",
+    "bf16_by_default",
+]
 
 
 def bf16_supported(device: str | torch.device = "cpu") -> bool:
@@ -38,6 +46,14 @@ def bf16_supported(device: str | torch.device = "cpu") -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def bf16_by_default(device: str | torch.device = "cpu") -> bool:
+    """What ``bf16="auto"`` picks on ``device``: bfloat16 autocast on a CUDA device that supports it, float32
+    on every CPU, whatever its instructions. One precision on every CPU keeps greedy outcomes comparable across
+    machines (a 135M model's greedy decoding flips on the last bits), and bf16 autocast did not pay on the CPUs
+    measured (``benchmarks/decode_precision.py``); ask for it with ``bf16=True``."""
+    return torch.device(device).type == "cuda" and bf16_supported(device)
 
 
 class LMPolicy:
@@ -69,7 +85,7 @@ class LMPolicy:
         self.name = name
         self.chat = ChatFormat(tokenizer)
         self._bf16 = bf16  # "auto" is decided again where the model moves (see to())
-        bf16 = bf16_supported(next(model.parameters()).device) if bf16 == "auto" else bool(bf16)
+        bf16 = bf16_by_default(next(model.parameters()).device) if bf16 == "auto" else bool(bf16)
         self.engine: Engine = engine or HFEngine(model, tokenizer, bf16=bf16)
         self._env_role_rng: torch.Generator | None = None
 
@@ -85,9 +101,9 @@ class LMPolicy:
     ) -> LMPolicy:
         """``default`` | ``tiny`` | ``ckpt:DIR`` | ``hf:PATH_OR_ID`` | ``gguf:PATH`` (see `models`).
 
-        ``bf16="auto"`` decodes under bfloat16 autocast where the CPU supports it natively (the tiny test
-        model always runs in float32). ``engine="vllm"`` generates with vLLM (GPU only; the transformers
-        model is still loaded, for training).
+        ``bf16="auto"`` decodes in float32 on the CPU and under bfloat16 autocast on a CUDA device that has it
+        (`bf16_by_default`); ``True`` asks for bf16 anywhere (the tiny test model always runs in float32).
+        ``engine="vllm"`` generates with vLLM (GPU only; the transformers model is still loaded, for training).
         """
         if spec == "tiny":
             return tiny_policy(sampling=sampling)
@@ -111,14 +127,14 @@ class LMPolicy:
         """Move the model, and generation with it, to ``device``: ``auto`` (CUDA when present), ``cpu``,
         ``cuda``, ``cuda:N`` or a torch device (no CUDA device: a one-line ``ValueError``). Cached keys and
         values are dropped; a policy made with ``bf16="auto"`` decodes under bf16 autocast where the new
-        device supports it. Returns the policy."""
+        device is a CUDA device that supports it (`bf16_by_default`), in float32 elsewhere. Returns the policy."""
         device = resolve_device(device)
         self.model.to(device)
         self.engine.clear()
         if isinstance(self.engine, HFEngine):  # it runs self.model, so it follows it (vLLM has its own copy)
             self.engine.device = next(self.model.parameters()).device
             if self._bf16 == "auto":
-                self.engine.bf16 = bf16_supported(self.engine.device)
+                self.engine.bf16 = bf16_by_default(self.engine.device)
         return self
 
     def save(self, out_dir: str | Path) -> Path:

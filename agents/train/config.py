@@ -200,7 +200,10 @@ class EnvACEConfig:
         },
     )
     bf16: bool | str = field(
-        default="auto", metadata={"help": "bfloat16 autocast in the update: true, false or auto (where the CPU has it)"}
+        default="auto",
+        metadata={
+            "help": "bfloat16 autocast in the update: true, false or auto (a CUDA device with bf16; float32 on CPUs)"
+        },
     )
     lora: bool = field(default=False, metadata={"help": "train LoRA adapters (peft) instead of all weights"})
     lora_rank: int = field(default=16, metadata={"help": "LoRA rank (with --lora)"})

@@ -63,8 +63,9 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.engine import SamplingConfig
-from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
+from envace_gym.agents.lm.policy import LMPolicy, bf16_by_default
 from envace_gym.agents.lm.protocols import WeightSyncingEngine
+from envace_gym.agents.provenance import run_environment
 from envace_gym.agents.rehearsal import PrivateRehearsal
 from envace_gym.agents.rollout import PolicyHooks, Trajectory, TurnContext, collect, save_trajectories
 from envace_gym.backends import LEDGER, ToolLog, charged_as
@@ -157,7 +158,7 @@ class EnvACETrainer:
         self.wrapped, self.optimizer, self.scheduler = self.accelerator.prepare(
             TokenLogprobs(self.model), optimizer, scheduler
         )
-        auto = bf16_supported(self.device)
+        auto = bf16_by_default(self.device)
         self.use_bf16 = auto if cfg.bf16 == "auto" else bool(cfg.bf16)
         self.ref_model = _frozen(policy.model) if cfg.kl_coef > 0 or cfg.env_role_kl_coef > 0 else None
         self.simulator = None
@@ -196,6 +197,9 @@ class EnvACETrainer:
             (self.out / "metrics.jsonl").write_text("")
         if self.out is not None and self.is_main:
             (self.out / "config.toml").write_text(config_to_toml(cfg))
+            # where the run ran: the rollouts' decoding precision is the policy's, the update's its own
+            environment = {**run_environment(policy), "update_precision": "bf16" if self.use_bf16 else "float32"}
+            (self.out / "environment.json").write_text(json.dumps(environment, indent=2))
 
     # ------------------------------------------------------------------ set-up
     def _wrap(self, env: gym.Env) -> gym.Env:

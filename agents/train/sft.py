@@ -26,7 +26,8 @@ import torch
 from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.chat import GENERATED_ROLES, encode_conversation
-from envace_gym.agents.lm.policy import LMPolicy, bf16_supported
+from envace_gym.agents.lm.policy import LMPolicy, bf16_by_default
+from envace_gym.agents.provenance import run_environment
 from envace_gym.agents.quiet import library_bars_off, peft_notes_off
 from envace_gym.agents.scripted import OraclePolicy, play_episode
 from envace_gym.compose import rehearse
@@ -59,7 +60,10 @@ class SFTConfig:
     max_examples: int | None = field(default=None, metadata={"help": "train tasks to use; default: all of the split"})
     bf16: bool | str = field(
         default="auto",
-        metadata={"help": "bfloat16 autocast (float32 master weights): true, false or auto (where the CPU has it)"},
+        metadata={
+            "help": "bfloat16 autocast (float32 master weights): true, false or auto (a CUDA device with bf16; "
+            "float32 on CPUs)"
+        },
     )
     shared_head: bool = field(
         default=True, metadata={"help": "encode the system+tools prefix once per batch, without gradient"}
@@ -270,7 +274,7 @@ def train_sft(
     rng = random.Random(cfg.seed)
     model = _apply_lora(policy, cfg) if cfg.lora else policy.model
     model.train()
-    use_bf16 = bf16_supported(next(model.parameters()).device) if cfg.bf16 == "auto" else bool(cfg.bf16)
+    use_bf16 = bf16_by_default(next(model.parameters()).device) if cfg.bf16 == "auto" else bool(cfg.bf16)
     opt = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
     )
@@ -363,6 +367,7 @@ def train_sft(
         "seconds": round(time.monotonic() - start, 1),
         "final_loss": loss_value,
         "examples": len(examples),
+        "environment": run_environment(policy, precision="bf16" if use_bf16 else "float32"),
     }
     if out and main:
         policy.save(out)

@@ -175,7 +175,7 @@ class RunArgs:
         default="auto",
         metadata={
             "help": "where LM policies run: auto (CUDA when present, else the CPU), cpu, cuda or cuda:N; "
-            "bf16 autocast where the device supports it"
+            "bf16 autocast on a CUDA device that supports it, float32 on every CPU"
         },
     )
     json: bool = field(default=False, metadata={"help": "print one JSON object on stdout"})
