@@ -27,3 +27,13 @@ class ForcedTokens:
         logp = torch.log_softmax(logits.float(), dim=-1)
         tokens = torch.tensor([row.pop(0) if row else self.stop for row in self.rows])
         return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def force_text(policy, monkeypatch, text: str, times: int = 256) -> ForcedTokens:
+    """Every generation of ``policy`` (up to ``times`` rows in all) is ``text`` then the stop token: a test
+    sees the same tokens whatever a random model would sample under this CPU's float kernels."""
+    from envace_gym.agents.lm import engine as engine_module
+
+    forced = ForcedTokens(policy, [text] * times)
+    monkeypatch.setattr(engine_module, "_sample", forced.sample)
+    return forced

@@ -342,12 +342,22 @@ def test_each_user_turn_rehearses_again_from_the_live_mid_episode_state():
     assert "top it up" in world.prompts[-1] and "savings" in world.prompts[-1]  # the fork kept turn one
 
 
-def test_an_lm_policy_sees_every_note_where_it_was_given():
+def _plain_text_policy(monkeypatch, max_new_tokens: int):
+    """The tiny model, its every generation forced to the same plain sentence (no call: an answer), so what
+    the tests below see does not depend on what a random model samples under this CPU's float kernels."""
+    from forced import force_text
+
     from envace_gym.agents.lm.engine import SamplingConfig
     from envace_gym.agents.lm.policy import tiny_policy
 
-    # Sampled at temperature 1, the tiny model writes plain text: an answer, so the second user turn comes.
-    policy = tiny_policy(sampling=SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0))
+    policy = tiny_policy(sampling=SamplingConfig(temperature=1.0, max_new_tokens=max_new_tokens, seed=0))
+    force_text(policy, monkeypatch, "Done, thanks.")
+    return policy
+
+
+def test_an_lm_policy_sees_every_note_where_it_was_given(monkeypatch):
+    # The model answers in plain text every time, so the second user turn comes.
+    policy = _plain_text_policy(monkeypatch, max_new_tokens=8)
     env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=3)
     agent = PrivateRehearsal(policy, budget=1, memory_tokens=32, imaginer=KnownWorld(), each_user_turn=True)
     (traj,) = collect([env], agent, 1, task_ids=[MULTI], progress=False)
@@ -367,12 +377,10 @@ def test_sequential_rehearsal_from_a_later_user_turn_still_passes_the_memory_on(
     assert later1 is None and "Rehearsal 1:" in later2
 
 
-def test_a_summarised_memory_is_the_policys_own_words_within_the_bound():
-    from envace_gym.agents.lm.engine import SamplingConfig
-    from envace_gym.agents.lm.policy import tiny_policy
+def test_a_summarised_memory_is_the_policys_own_words_within_the_bound(monkeypatch):
     from envace_gym.agents.rehearsal.memory import MEMORY_HEADER
 
-    policy = tiny_policy(sampling=SamplingConfig(temperature=0.0, max_new_tokens=8, seed=0))
+    policy = _plain_text_policy(monkeypatch, max_new_tokens=8)
     env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test", max_turns=2)
     _, info = env.reset(seed=0, options={"task_id": TASK})
     plain = PrivateRehearsal(policy, budget=1, memory_tokens=48, imaginer=KnownWorld())
@@ -380,6 +388,7 @@ def test_a_summarised_memory_is_the_policys_own_words_within_the_bound():
     (deterministic,) = plain.prepare_turns([env], [info])
     (summarised,) = summary.prepare_turns([env], [info])
     assert summarised.text.startswith(MEMORY_HEADER) and "Rehearsal 1:" not in summarised.text
+    assert "Done, thanks." in summarised.text  # the policy's own (forced) words
     assert summarised.text != deterministic.text and summarised.stats["memory_tokens"] <= 48
     assert summarised.stats["rehearsal_tokens"] > deterministic.stats["rehearsal_tokens"]  # the summary's tokens count
     with pytest.raises(ValueError, match="summary"):

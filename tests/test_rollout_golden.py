@@ -1,5 +1,6 @@
 """Rollouts of a scripted-greedy LM policy match a golden record made before the env role became a
-half-step (issue 20): token ids, role tags and env-role samples exactly, logprobs to 1e-6.
+half-step (issue 20): token ids, role tags and env-role samples exactly, logprobs to 1e-5 relative (the
+float kernels of one CPU or another move them by up to 1.8e-7, measured).
 
 The tiny random model runs for real (batched forward passes, KV caches, logprobs); only the choice of each
 token is scripted, as a pure function of the prompt, so the same prompt draws the same tokens in any
@@ -34,6 +35,8 @@ GOLDEN = Path(__file__).parent / "data" / "rollout_golden.json"
 BANK = {"suite": "builtin/bank", "split": "test", "max_turns": 4}
 TASKS = ["bank-test-0001", "bank-test-0008", "bank-test-0002", "bank-test-0003"]
 RESULT = {"account_id": "A-5247", "balance": 2215.7, "currency": "EUR"}
+#: How far a logprob may move from the record (relative, floor 1): see test_rollouts_match_the_golden_record.
+LOGPROB_RTOL = 1e-5
 
 
 def _actor_text(prompt: str) -> str:
@@ -133,9 +136,13 @@ def test_rollouts_match_the_golden_record(case, monkeypatch):
     exact_got, lps_got = _strip_logprobs(got)
     assert exact_got == exact_expected
     assert len(lps_got) == len(lps_expected)
-    # 1e-6 relative: float32's resolution at a logprob of about -10 (a worker's env role re-encoded its whole
-    # prompt; the parent's continues the actor's KV cache, which rounds differently in the last bit or two).
-    assert all(abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(lps_got, lps_expected, strict=True))
+    # Token choices are scripted, so only the logprobs move with the CPU's float kernels (and with a worker's env
+    # role re-encoding its whole prompt where the parent's continues the actor's KV cache). Measured against this
+    # record (made on another machine) on 2026-12-07: at most 1.8e-7 relative, the same with torch's AVX2
+    # kernels and with the scalar ones (ATEN_CPU_CAPABILITY=avx2 / default), 4 cases. The bound, LOGPROB_RTOL,
+    # leaves 50x room for other CPUs; a real bookkeeping error (a shifted position, a wrong mask) moves a
+    # logprob by far more.
+    assert all(abs(a - b) <= LOGPROB_RTOL * max(1.0, abs(b)) for a, b in zip(lps_got, lps_expected, strict=True))
 
 
 def test_the_golden_record_covers_multi_call_steps_and_both_modes():

@@ -549,12 +549,15 @@ def test_tau2_committed_episode_after_rehearsal_is_scored_by_tau2():
     assert outcomes == {"gold": True, "wrong_argument": False}
 
 
-def test_tau2_rehearsal_counts_the_policys_user_tokens():
+def test_tau2_rehearsal_counts_the_policys_user_tokens(monkeypatch):
+    from forced import force_text
+
     from envace_gym.agents.lm.engine import SamplingConfig
     from envace_gym.agents.lm.policy import tiny_policy
     from envace_gym.agents.rehearsal import PrivateRehearsal
 
     policy = tiny_policy(sampling=SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0))
+    force_text(policy, monkeypatch, "Fine, thanks.")  # every turn, the actor's and the user's: plain words
     generated = []
 
     class Counting:  # the policy playing the user, its generations counted here too
