@@ -152,7 +152,7 @@ class ToolCallVectorEnv(VectorEnv):
             self._env_obs_list[i], info = self.envs[i].reset(seed=seeds[i], options=env_options or None)
             infos = add_info(infos, info, i, self.num_envs)
         self._needs_reset[mask] = False
-        return self._observations(), infos
+        return self._batched_obs(), infos
 
     def _reset_mask(self, mask: Any) -> np.ndarray:
         if mask is None:
@@ -174,7 +174,7 @@ class ToolCallVectorEnv(VectorEnv):
             raise ValueError(f"{len(seed)} seeds for {self.num_envs} envs; give one per env, an int or None")
         return list(seed)
 
-    def _observations(self) -> tuple[str, ...]:
+    def _batched_obs(self) -> tuple[str, ...]:
         self._obs_batch = concatenate(self.single_observation_space, self._env_obs_list, self._obs_batch)
         return deepcopy(self._obs_batch) if self.copy else self._obs_batch
 
@@ -205,7 +205,7 @@ class ToolCallVectorEnv(VectorEnv):
                     self._env_obs_list[i], env_info = env.reset()
             infos = add_info(infos, env_info, i, self.num_envs)
         self._needs_reset = np.logical_or(terminations, truncations)
-        return self._observations(), rewards, terminations, truncations, infos
+        return self._batched_obs(), rewards, terminations, truncations, infos
 
     def render(self) -> tuple[Any, ...]:
         """Each env's ``render()``."""
