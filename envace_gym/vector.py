@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from multiprocessing.connection import wait as wait_for_sentinels
+from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import gymnasium as gym
@@ -324,18 +325,33 @@ class ToolCallAsyncVectorEnv(AsyncVectorEnv):
             raise ValueError(f"worker_timeout must be > 0 seconds, got {worker_timeout}")
         self.worker_timeout = worker_timeout
         self._closing_because: str | None = None  # why we are closing it (a worker died or is stuck)
-        # One busy mark per worker, in memory the workers share (made by the context that starts them).
-        self._busy = multiprocessing.get_context(kwargs.get("context")).RawArray("b", len(env_fns))
+        # One busy byte per worker, in shared memory that each worker attaches to by name (WorkerEnv).
+        self._busy = SharedMemory(create=True, size=max(1, len(env_fns)))
         tracked = [functools.partial(_worker_env, fn, self._busy, i) for i, fn in enumerate(env_fns)]
-        super().__init__(tracked, **kwargs)
+        try:
+            super().__init__(tracked, **kwargs)
+        except BaseException:
+            self._release_busy()
+            raise
 
     def busy_workers(self) -> list[int]:
         """The workers given work that they have not finished (after a timeout: the stuck ones)."""
-        return [i for i in range(self.num_envs) if self._busy[i]]
+        return [i for i in range(self.num_envs) if self._busy.buf[i]] if not self.closed else []
 
     def _mark_busy(self, mask: np.ndarray | None = None) -> None:
         for i in range(self.num_envs):
-            self._busy[i] = 1 if mask is None or mask[i] else 0
+            self._busy.buf[i] = 1 if mask is None or mask[i] else 0
+
+    def _release_busy(self) -> None:
+        self._busy.close()
+        self._busy.unlink()
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """As ``AsyncVectorEnv.close_extras``, then the busy bytes' shared memory is released."""
+        try:
+            super().close_extras(timeout=timeout, terminate=terminate)
+        finally:
+            self._release_busy()
 
     def _close_because(self, reason: str) -> None:
         self._closing_because = reason
@@ -384,7 +400,7 @@ class ToolCallAsyncVectorEnv(AsyncVectorEnv):
     set_attr = _reports_dead_workers(AsyncVectorEnv.set_attr)
 
 
-def _worker_env(env_fn: Callable[[], gym.Env], busy: Any, index: int) -> WorkerEnv:
+def _worker_env(env_fn: Callable[[], gym.Env], busy: SharedMemory, index: int) -> WorkerEnv:
     """Env ``index`` of a `ToolCallAsyncVectorEnv`, built in its worker: ``env_fn()`` in a `WorkerEnv`."""
     return WorkerEnv(env_fn(), busy, index)
 

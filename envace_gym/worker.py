@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableSequence
+from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import gymnasium as gym
@@ -46,23 +47,23 @@ class PerEnvCall:
 class WorkerEnv(PerEnvCall, gym.Wrapper):
     """Env ``index`` of a `ToolCallAsyncVectorEnv`, marking ``busy[index]`` while it resets, steps or runs a call.
 
-    ``busy`` is memory shared with the parent (a ``multiprocessing`` ``RawArray``); the parent sets an env's
-    mark when it sends it work, and the env clears it when the work is done, so after a timeout the marks
-    still set name the stuck workers.
+    ``busy`` is shared memory with a byte per worker (a ``SharedMemory``: it pickles by name, so a worker
+    attaches to it under any start method); the parent sets an env's byte when it sends it work, and the env
+    clears it when the work is done, so after a timeout the bytes still set name the stuck workers.
     """
 
-    def __init__(self, env: gym.Env, busy: MutableSequence[int], index: int) -> None:
+    def __init__(self, env: gym.Env, busy: SharedMemory, index: int) -> None:
         super().__init__(env)
-        self.busy, self.index = busy, index
+        self.busy, self.index = busy, index  # the SharedMemory itself is kept: its buffer lives as long as it
 
     @contextmanager
     def _working(self) -> Iterator[None]:
         # Set on entry too: with SAME_STEP autoreset the worker resets right after the step that cleared it.
-        self.busy[self.index] = 1
+        self.busy.buf[self.index] = 1
         try:
             yield
         finally:
-            self.busy[self.index] = 0
+            self.busy.buf[self.index] = 0
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         with self._working():

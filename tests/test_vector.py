@@ -515,6 +515,26 @@ def test_a_call_stuck_in_one_worker_names_that_worker():
     assert stuck.value.workers == [1] and vec.closed
 
 
+@HANG_GUARD
+def test_the_process_vector_env_works_under_the_spawn_start_method():
+    """The workers' busy bytes reach a spawned worker (pickled by name), and its half-step gets its action."""
+    import functools
+
+    from envace_gym.agents.rollout.remote import RemoteEnvs
+    from envace_gym.compose import make_env
+
+    build = functools.partial(make_env, "EnvACE-ToolCall-v0", **BANK)  # importable: a spawned worker unpickles it
+    vec = ToolCallAsyncVectorEnv([build], context="spawn", worker_timeout=60)
+    try:
+        vec.reset(seed=0, options={"task_id": TASK})
+        assert '"balance": 2215.7' in vec.step([BALANCE])[0][0]
+        vec.reset(seed=0, options={"task_id": TASK})
+        (pending,) = RemoteEnvs(vec).begin_steps([0], [BALANCE])
+        assert pending.requests == [] and vec.busy_workers() == []
+    finally:
+        vec.close()
+
+
 class _Infos(gym.Env):
     """Gives infos of every kind that Gymnasium batches differently; env 1 has a key of its own."""
 
