@@ -19,6 +19,7 @@ Gymnasium minor release that changes its internals cannot break them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import warnings
@@ -344,7 +345,8 @@ class ToolCallAsyncVectorEnv(AsyncVectorEnv):
 
     def _release_busy(self) -> None:
         self._busy.close()
-        self._busy.unlink()
+        with contextlib.suppress(FileNotFoundError):  # released already (by a close that failed part-way)
+            self._busy.unlink()
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
         """As ``AsyncVectorEnv.close_extras``, then the busy bytes' shared memory is released."""
