@@ -36,6 +36,7 @@ from .spaces import UnicodeText
 from .suites import load_suite
 from .tasks import Task, TaskSuite
 from .transcript import render_transcript
+from .worker import PerEnvCall
 
 if TYPE_CHECKING:
     from .imagination.protocol import (
@@ -144,8 +145,11 @@ class _CallRun:
         return "\n".join(f"<tool_response>\n{c}\n</tool_response>" for c in self.shown)
 
 
-class ToolCallEnv(gym.Env[str, str]):
+class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
     """A multi-turn tool-calling task as a Gymnasium environment.
+
+    In a process vector env's worker, `PerEnvCall` lets the parent run its half-step with the worker's own
+    action or answer (``envace_gym.worker``).
 
     Args:
         suite: a registered suite name (``"builtin"``, ``"builtin/retail"``) or a ``.jsonl`` task file.

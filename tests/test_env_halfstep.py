@@ -256,3 +256,40 @@ def test_a_worker_stuck_in_its_half_step_is_terminated_by_the_worker_timeout():
     for process in processes:
         process.join(10)
         assert not process.is_alive()
+
+
+class _CountedHalfStep(_SlowHalfStep):
+    """Counts its half-steps; ``"fail"`` raises inside the worker."""
+
+    begun = 0
+
+    def begin_step(self, action):
+        if action == "fail":
+            raise ValueError("no such step")
+        self.begun += 1
+        return super().begin_step(action)
+
+
+@pytest.mark.timeout(120)
+def test_each_workers_half_step_gets_its_own_action_and_failures_and_deaths_reach_the_parent():
+    import os
+    import signal
+
+    from envace_gym.agents.rollout.remote import RemoteEnvs
+    from envace_gym.vector import ToolCallAsyncVectorEnv, WorkerDiedError
+
+    vec = ToolCallAsyncVectorEnv([_CountedHalfStep] * 3)
+    remote = RemoteEnvs(vec)
+    assert remote.begin_steps([2, 0], ["ok", "ok"]) == [PendingStep(1, []), PendingStep(1, [])]
+    assert vec.get_attr("begun") == (1, 0, 1)  # worker 1 took no part
+    with pytest.raises(ValueError, match="no such step"):  # a worker's exception, raised here as Gymnasium does
+        remote.begin_steps([1], ["fail"])
+    vec.close(terminate=True)
+
+    vec = ToolCallAsyncVectorEnv([_CountedHalfStep] * 2)
+    remote = RemoteEnvs(vec)
+    pid = vec.processes[0].pid
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(WorkerDiedError, match=rf"worker 0 \(pid {pid}\) died"):
+        remote.begin_steps([1], ["ok"])
+    assert vec.closed

@@ -418,3 +418,65 @@ def test_the_old_names_still_work_for_one_release_with_a_warning():
     call = '<tool_call>\n{"name": "get_balance", "arguments": {"account_id": "A-1"}}\n</tool_call>'
     _, _, _, _, info = env.step(call)
     assert info["env_role_samples"] and info["rehearsal"] is info["env_role_samples"]
+
+
+# ---------------------------------------------------------------------------- public Gymnasium API only
+#: Files that may touch Gymnasium's vector envs: none may use their internals, which a minor release may change.
+PUBLIC_GYM_ONLY = [CORE, ROOT / "agents", ROOT / "envs"]
+#: Named in issue 40 (the internals once used here); the rest is read out of the installed Gymnasium below.
+KNOWN_INTERNALS = {
+    *("parent_pipes", "error_queue", "AsyncState", "_state", "_raise_if_errors", "_add_info", "_autoreset_envs"),
+    *("_env_obs", "_observations", "_rewards", "_terminations", "_truncations"),
+}
+
+
+def _gymnasium_vector_internals() -> tuple[set[str], set[str]]:
+    """The private names of Gymnasium's vector envs (their ``def _x`` and ``self._x``, less those that
+    ``gymnasium.core``'s ``Env``/``Wrapper`` also use, such as ``_np_random``), and the commands of its
+    worker-pipe protocol that are no public method (``"_call"``, ``"_setattr"``, ``"reset-noop"``...)."""
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    core = {n.attr for n in ast.walk(ast.parse(Path(gym.core.__file__).read_text())) if isinstance(n, ast.Attribute)}
+    names, commands = set(), set()
+    for path in Path(gym.vector.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and private(node.name):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                names |= {node.attr} if private(node.attr) else set()
+            elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "command":
+                commands |= {c.value for c in node.comparators if isinstance(c, ast.Constant)}
+    assert "_call" in commands, "Gymnasium's worker loop changed: read its commands another way"
+    return names - core, {c for c in commands if c.startswith("_") or not c.isidentifier()}
+
+
+def _gymnasium_internals_used(path: Path, names: set[str], commands: set[str]) -> list[str]:
+    public = set(gym.vector.__all__)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            found.append(f"{where} .{node.attr}")
+        elif isinstance(node, ast.Constant) and node.value in commands:
+            found.append(f"{where} the worker command {node.value!r}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gymnasium"):
+            inside_vector = node.module.startswith("gymnasium.vector.") and node.module != "gymnasium.vector.utils"
+            found += [
+                f"{where} from {node.module} import {a.name}"
+                for a in node.names
+                if a.name.startswith("_") or a.name in names or (inside_vector and a.name not in public)
+            ]
+    return found
+
+
+def test_only_gymnasiums_public_vector_api_is_used():
+    """No private attribute, method, worker-pipe command or private import of Gymnasium's vector envs
+    (``SyncVectorEnv``'s step state, ``AsyncVectorEnv``'s pipes and state): the public API (``call``,
+    ``set_attr``, ``*_wait(timeout=)``, ``reset_mask``, ``close(terminate=True)``) or our own code instead."""
+    names, commands = _gymnasium_vector_internals()
+    names |= KNOWN_INTERNALS
+    found = [hit for folder in PUBLIC_GYM_ONLY for path in folder.rglob("*.py")
+             for hit in _gymnasium_internals_used(path, names, commands)]  # fmt: skip
+    assert found == []

@@ -487,6 +487,106 @@ def test_a_stuck_worker_is_detected_by_the_timeout_and_terminated():
         assert not process.is_alive()
 
 
+class _StuckCall(_Stuck):
+    """An env whose method ``wait`` never returns in time where ``hangs`` is set."""
+
+    hangs = False
+
+    def wait(self):
+        if self.hangs:
+            import time
+
+            time.sleep(600)
+        return "done"
+
+
+@HANG_GUARD
+def test_a_call_stuck_in_one_worker_names_that_worker():
+    from envace_gym.vector import WorkerTimeoutError
+
+    vec = ToolCallAsyncVectorEnv([_StuckCall, _StuckCall, _StuckCall], worker_timeout=3)
+    assert vec.call("wait") == ("done", "done", "done")
+    vec.set_attr("hangs", [False, True, False])  # one value per worker
+    assert vec.get_attr("hangs") == (False, True, False)
+    with pytest.raises(ValueError, match="use step"):
+        vec.call("step", 0)
+    with pytest.raises(WorkerTimeoutError, match=r"worker\(s\) \[1\] did not answer") as stuck:
+        vec.call("wait")
+    assert stuck.value.workers == [1] and vec.closed
+
+
+@HANG_GUARD
+def test_the_process_vector_env_works_under_the_spawn_start_method():
+    """The workers' busy bytes reach a spawned worker (pickled by name), and its half-step gets its action."""
+    import functools
+
+    from envace_gym.agents.rollout.remote import RemoteEnvs
+    from envace_gym.compose import make_env
+
+    build = functools.partial(make_env, "EnvACE-ToolCall-v0", **BANK)  # importable: a spawned worker unpickles it
+    vec = ToolCallAsyncVectorEnv([build], context="spawn", worker_timeout=60)
+    try:
+        vec.reset(seed=0, options={"task_id": TASK})
+        assert '"balance": 2215.7' in vec.step([BALANCE])[0][0]
+        vec.reset(seed=0, options={"task_id": TASK})
+        (pending,) = RemoteEnvs(vec).begin_steps([0], [BALANCE])
+        assert pending.requests == [] and vec.busy_workers() == []
+    finally:
+        vec.close()
+
+
+class _Infos(gym.Env):
+    """Gives infos of every kind that Gymnasium batches differently; env 1 has a key of its own."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, k):
+        self.k = k
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.k, {"k": self.k}
+
+    def step(self, action):
+        info = {"k": self.k, "x": 0.5, "ok": True, "n": np.int64(3), "arr": np.full(2, self.k), "text": "t",
+                "nested": {"a": self.k, "b": {"c": "d"}}, **({"only_1": [1]} if self.k else {})}  # fmt: skip
+        return self.k, float(self.k), bool(action), False, info
+
+
+def _assert_same_infos(ours, theirs):
+    assert sorted(ours) == sorted(theirs)
+    for key, value in ours.items():
+        if isinstance(value, dict):
+            _assert_same_infos(value, theirs[key])
+        else:
+            assert value.dtype == theirs[key].dtype and value.tolist() == theirs[key].tolist(), key
+
+
+@pytest.mark.parametrize("autoreset", list(AutoresetMode))
+def test_the_native_vector_env_batches_infos_and_steps_as_gymnasiums_sync_vector_env(autoreset):
+    ours = ToolCallVectorEnv([lambda: _Infos(0), lambda: _Infos(1)], autoreset_mode=autoreset)
+    theirs = gym.vector.SyncVectorEnv([lambda: _Infos(0), lambda: _Infos(1)], autoreset_mode=autoreset)
+    assert ours.metadata["autoreset_mode"] == theirs.metadata["autoreset_mode"] == autoreset
+    assert ours.observation_space == theirs.observation_space and ours.action_space == theirs.action_space
+    (o1, i1), (o2, i2) = ours.reset(seed=1), theirs.reset(seed=1)
+    assert o1.tolist() == o2.tolist() and ours.np_random_seed == theirs.np_random_seed
+    _assert_same_infos(i1, i2)
+    for actions in ([0, 1], [0, 0], [1, 0]):
+        if autoreset == AutoresetMode.DISABLED and actions == [0, 0]:  # env 1 ended: reset it by hand
+            mask = np.array([False, True])
+            (o1, i1), (o2, i2) = ours.reset(options={"reset_mask": mask}), theirs.reset(options={"reset_mask": mask})
+            assert o1.tolist() == o2.tolist()
+            _assert_same_infos(i1, i2)
+        a, b = ours.step(np.array(actions)), theirs.step(np.array(actions))
+        assert all(x.tolist() == y.tolist() for x, y in zip(a[:4], b[:4], strict=True))
+        _assert_same_infos(a[4], b[4])
+    ours.set_attr("k", [5, 6])
+    assert ours.get_attr("k") == (5, 6) and ours.call("step", 0)[1][1] == 6.0
+    ours.close()
+    theirs.close()
+
+
 def test_worker_timeout_needs_worker_processes():
     with pytest.raises(ValueError, match="asynchronous=True"):
         gym.make_vec("EnvACE-ToolCall-v0", num_envs=2, worker_timeout=5, **BANK)

@@ -55,6 +55,7 @@ from envace_gym.agents.rollout.remote import RemoteEnv, RemoteEnvs
 from envace_gym.imagination import EnvRoleSample, Imaginer, ImagineRequest, ModelRole
 from envace_gym.imagination.halfstep import EnvGroup, LocalEnvs, imaginer_of, roles_of, step_envs
 from envace_gym.jsonl import read_jsonl
+from envace_gym.vector import ToolCallVectorEnv
 
 if TYPE_CHECKING:
     import torch
@@ -276,7 +277,7 @@ def _as_env_list(envs: Sequence[gym.Env] | gym.vector.VectorEnv) -> tuple[list[g
     ``SyncVectorEnv``), stepped directly (`LocalEnvs`); or stand-ins
     for the sub-envs of any other vector env (``AsyncVectorEnv``), driven through its batch API
     (`RemoteEnvs`)."""
-    if isinstance(envs, gym.vector.SyncVectorEnv):
+    if isinstance(envs, gym.vector.SyncVectorEnv | ToolCallVectorEnv):
         env_list = list(envs.envs)  # stepped directly: conversations need per-env control of resets
     elif isinstance(envs, gym.vector.VectorEnv):
         remote = RemoteEnvs(envs)

@@ -13,7 +13,8 @@ only, so `RemoteEnvs` maps one onto the other:
   trajectory still saves as JSON);
 * the env role is batched across processes: `RemoteEnvs.begin_steps` and
   `RemoteEnvs.continue_steps` run each worker's half-step (``ToolCallEnv.begin_step``/``continue_step``,
-  each worker with its own action or answer, all workers at once) and bring back their env-role requests,
+  each worker with its own action or answer, all workers at once: ``set_attr`` hands each worker its own
+  arguments, then one ``call`` runs them, `envace_gym.worker.PerEnvCall`) and bring back their env-role requests,
   which the parent answers (`step_envs`: one engine call per round
   for all workers) with its LM policy, for workers whose env role is a copy of that policy (the same
   ``name``; others answer in their own process, unbatched); the step then ends through each worker's
@@ -31,11 +32,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from envace_gym.vector import WorkerTimeoutError
+from envace_gym.worker import CALL_ARGS, CALL_WITH_ARGS
 
 __all__ = ["RemoteEnvs", "RemoteEnv", "unbatch_info"]
-
-#: Gymnasium's worker protocol (``AsyncVectorEnv``'s ``_call`` command): a method call on one worker's env.
-_CALL = "_call"
 
 #: The action given to a sub-env that has no episode to play in a step (a final answer: it ends the episode).
 IDLE_ACTION = ""
@@ -46,8 +45,9 @@ def _python(value: Any) -> Any:
 
 
 def unbatch_info(infos: dict[str, Any], index: int) -> dict[str, Any]:
-    """Env ``index``'s own info out of a vector env's batched ``infos`` (Gymnasium's ``_add_info`` layout:
-    a value array per key and a mask ``_key``; nested dicts batched recursively)."""
+    """Env ``index``'s own info out of a vector env's batched ``infos`` (Gymnasium's layout, as
+    ``envace_gym.vector.add_info`` writes it: a value array per key and a mask ``_key``; nested dicts batched
+    recursively)."""
     out: dict[str, Any] = {}
     for key, value in infos.items():
         if key.startswith("_") and key[1:] in infos:
@@ -83,13 +83,13 @@ class RemoteEnvs:
         self.vec, self.mode = vec, mode
         self.num_envs = vec.num_envs
         # The name of each worker's env role (a SelfRehearsalEnv's imaginer), or None: the parent answers for
-        # a worker whose env role has its own policy's name (a copy of it), through the workers' pipes.
+        # a worker whose env role has its own policy's name (a copy of it), through `_call_each`.
         self.imaginer_names: list[str | None] = [None] * self.num_envs
         text_actions = isinstance(vec.single_action_space, gym.spaces.Text)  # else a worker's wrapper maps them
         if (
             text_actions
-            and getattr(vec, "parent_pipes", None) is not None
             and all(vec.call("has_wrapper_attr", "imaginer_name"))
+            and all(vec.call("has_wrapper_attr", CALL_WITH_ARGS))  # each worker's half-step, with its own action
         ):
             self.imaginer_names = list(vec.call("imaginer_name"))
         self._playing = np.zeros(self.num_envs, dtype=bool)  # reset by us for an episode that has not ended
@@ -122,26 +122,24 @@ class RemoteEnvs:
         return self._call_each("continue_step", indices, [([a],) for a in answers])
 
     def _call_each(self, name: str, indices: list[int], args: list[tuple]) -> list[Any]:
-        # Gymnasium's call() gives every worker the same arguments; each of ours has its own action or answer,
-        # so the command goes down each worker's pipe directly (the worker runs env.get_wrapper_attr(name)).
-        pipes = self.vec.parent_pipes
+        # Gymnasium's call() gives every worker the same arguments, but set_attr() takes one value per worker:
+        # each of ours gets its own action or answer that way (None: it takes no part), then one call() has
+        # each worker run its method with them (envace_gym.worker.PerEnvCall).
+        pending: list[tuple | None] = [None] * self.num_envs
         for i, a in zip(indices, args, strict=True):
-            pipes[i].send((_CALL, (name, a, {})))
-        timeout = getattr(self.vec, "worker_timeout", None)  # ToolCallAsyncVectorEnv's bound on a stuck worker
-        replies = []
-        for i in indices:
-            if timeout is not None and not pipes[i].poll(timeout):
-                self.vec.close(terminate=True)  # a stuck worker cannot be told to stop
-                raise WorkerTimeoutError(
-                    f"worker {i} did not answer {name}() within {timeout} s; the workers were terminated and the "
-                    "vector env is closed, build a new one"
-                )
-            replies.append(pipes[i].recv())
-        successes = [True] * self.num_envs
-        for i, (_, ok) in zip(indices, replies, strict=True):
-            successes[i] = ok
-        self.vec._raise_if_errors(successes)  # re-raises a worker's exception here, naming the worker
-        return [result for result, _ in replies]
+            pending[i] = a
+        self.vec.set_attr(CALL_ARGS, pending)
+        try:
+            results = self.vec.call(CALL_WITH_ARGS, name)  # a worker's exception is raised here, as Gymnasium's
+        except WorkerTimeoutError as exc:  # ToolCallAsyncVectorEnv's worker_timeout: say which call and workers
+            stuck = ", ".join(map(str, exc.workers)) or "?"
+            raise WorkerTimeoutError(
+                f"worker{'s' if len(exc.workers) > 1 else ''} {stuck} did not answer {name}() within "
+                f"{self.vec.worker_timeout} s; the workers were terminated and the vector env is closed, build a "
+                "new one",
+                exc.workers,
+            ) from None
+        return [results[i] for i in indices]
 
     def step(self, indices: list[int], actions: list[Any]) -> list[tuple]:
         """Step sub-envs ``indices`` with ``actions`` (which also end their begun half-steps); every
