@@ -549,6 +549,27 @@ def key_results(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def kernel_table(paths: list[str]) -> str:
+    """How far one evaluation moves across environments: the same (arm, seed) ``result.json`` made under two or
+    more kernel sets (or precisions, versions), task by task against the first. Trains nothing."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    split = next(iter(runs[0]["evals"]))
+    base = runs[0]["evals"][split]["outcomes"]
+    lines = [
+        f"| CPU kernels | precision | threads | torch | {split}: successes | tasks that differ from the first row |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        env, outcomes = r.get("environment") or {}, r["evals"][split]["outcomes"]
+        differ = sum(outcomes[t] != base[t] for t in base if t in outcomes)
+        lines.append(
+            f"| {env.get('cpu_capability', '?')} | {env.get('precision', '?')} | {env.get('threads', '?')} | "
+            f"{env.get('versions', {}).get('torch', '?')} | {sum(outcomes.values())} of {len(outcomes)} | "
+            f"{differ} of {len(base)} |"
+        )
+    return "\n".join(lines)
+
+
 def write_docs(path: str) -> str:
     """Rewrite docs/learning.md's blocks from a kept ``results.json``: a ``val`` run (a go/no-go) writes
     ``learning-val``; a ``test-id`` run ``learning-key``, ``learning-main``, ``learning-cost`` and
@@ -595,6 +616,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="train nothing: rewrite docs/learning.md's tables from a results file",
     )
     parser.add_argument(
+        "--kernels",
+        metavar="RESULT.json,RESULT.json",
+        help="train nothing: write docs/learning.md's table of how far one run's greedy outcomes move between "
+        "the environments of these result.json files (the same arm and seed, e.g. other CPU kernels)",
+    )
+    parser.add_argument(
         "--plot",
         metavar="RESULTS.json",
         help="train nothing: draw a results file's figure (a test-id run's) as RESULTS.png beside it",
@@ -628,6 +655,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.write_docs:
         return {"table": write_docs(args.write_docs)}
+    if args.kernels:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from _docs import write_block
+
+        text = kernel_table(args.kernels.split(","))
+        write_block("learning.md", "learning-kernels", text)
+        print(text)
+        return {"table": text}
     if args.plot:
         kept = json.loads(Path(args.plot).read_text())
         plot(kept["arms"], Path(args.plot).with_suffix(".png"), kept["settings"]["group_size"])

@@ -3,6 +3,9 @@ precision on every CPU."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import gymnasium as gym
 import torch
 
@@ -56,3 +59,19 @@ def test_two_environments_pair_only_where_code_kernels_precision_device_and_vers
     newer = {**here, "versions": {**here["versions"], "transformers": "9.0.0"}}
     assert pairing_mismatch(here, newer) == ["versions.transformers"]
     assert pairing_mismatch(here, None) == ["environment"]  # a result kept from before: nothing says it ran alike
+
+
+def test_every_test_file_that_trains_is_run_again_under_other_kernels():
+    """make test-kernels (run by .ci/run) re-runs the files that sample or train under the scalar kernels: a
+    new test file that trains must be on its list, or a kernel-dependent outcome could slip through."""
+    root = Path(__file__).resolve().parent.parent
+    listed = set(
+        re.findall(r"tests/test_\w+\.py", (root / "Makefile").read_text().split("KERNEL_TESTS :=")[1].split("\n\n")[0])
+    )
+    trains = {
+        f"tests/{p.name}"
+        for p in (root / "tests").glob("test_*.py")
+        if re.search(r"EnvACETrainer\(|train_sft\(|train_envace\(", p.read_text()) and p.name != "test_seams.py"
+    }
+    assert trains and trains <= listed, sorted(trains - listed)
+    assert all((root / name).is_file() for name in listed), "KERNEL_TESTS names a file that does not exist"
