@@ -554,18 +554,23 @@ def kernel_table(paths: list[str]) -> str:
     more kernel sets (or precisions, versions), task by task against the first. Trains nothing."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
     split = next(iter(runs[0]["evals"]))
-    base = runs[0]["evals"][split]["outcomes"]
+    base, base_tokens = (runs[0]["evals"][split][k] for k in ("outcomes", "token_digest"))
     lines = [
-        f"| CPU kernels | precision | threads | torch | {split}: successes | tasks that differ from the first row |",
-        "|---|---|---|---|---|---|",
+        f"| CPU kernels | precision | threads | torch | {split}: successes | outcomes that differ from the first "
+        "row | episodes whose tokens differ |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in runs:
-        env, outcomes = r.get("environment") or {}, r["evals"][split]["outcomes"]
+        env, outcomes, tokens = (
+            (r.get("environment") or {}),
+            *(r["evals"][split][k] for k in ("outcomes", "token_digest")),
+        )
         differ = sum(outcomes[t] != base[t] for t in base if t in outcomes)
+        moved = sum(tokens.get(t) != base_tokens[t] for t in base_tokens)
         lines.append(
             f"| {env.get('cpu_capability', '?')} | {env.get('precision', '?')} | {env.get('threads', '?')} | "
             f"{env.get('versions', {}).get('torch', '?')} | {sum(outcomes.values())} of {len(outcomes)} | "
-            f"{differ} of {len(base)} |"
+            f"{differ} of {len(base)} | {moved} of {len(base_tokens)} |"
         )
     return "\n".join(lines)
 

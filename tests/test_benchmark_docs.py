@@ -228,3 +228,14 @@ def test_the_learning_report_pairs_an_arm_with_a_start_only_where_they_ran_in_th
     assert learning.paired(arm, start, "test-id")["mean"] == 1.0  # seeds 0 and 3: 1 - 0 each; seed 1 not read
     arm[3]["start"] = None  # without its own start evaluation seed 3 meets the kept one: another torch
     assert learning.pairing(arm, start)["refused"]["3"] == ["versions.torch"]
+
+
+def test_the_kernels_block_is_the_scripts_rendering_of_the_kept_runs():
+    learning = _load("learning")
+    kept = [ROOT / "docs" / "results" / "kernels_2026-12-07" / f"untrained-seed0-{k}.json" for k in ("avx2", "default")]
+    assert learning.kernel_table([str(p) for p in kept]) == _block("learning.md", "learning-kernels")
+    # the runs differ in their kernels and in nothing else that pairing compares
+    from envace_gym.agents.provenance import pairing_mismatch
+
+    envs = [json.loads(p.read_text())["environment"] for p in kept]
+    assert pairing_mismatch(*envs) == ["cpu_capability"]
