@@ -124,11 +124,13 @@ def pairing_mismatch(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list
 
 def describe_environment(environment: dict[str, Any]) -> str:
     """One line for a console: ``code f70b6ec, AVX2 kernels, float32, 2 threads on cpu; torch 2.13.0+cpu, ...``."""
+    threads = environment.get("threads")
     versions = ", ".join(
         f"{name} {v}" for name, v in environment.get("versions", {}).items() if v and name != "envace-gym"
     )
     return (
         f"code {environment.get('code') or 'not a git checkout'}, {environment.get('cpu_capability')} kernels, "
-        f"{environment.get('precision')}, {environment.get('threads')} threads on {environment.get('device')}; "
+        f"{environment.get('precision')}, {threads} torch thread{'s' * (threads != 1)} on "
+        f"{environment.get('device')}; "
         f"{versions}"
     )
