@@ -3,8 +3,9 @@
 Four parts, sized to stay under 8 minutes on one H100-class GPU (not yet timed on one):
 
 (a) **train**: ``--steps`` (20) EnvACE steps (``EnvACETrainer``, ``backend="self"``, 2 task groups of 4 envs,
-    one-turn ``builtin/bank`` episodes whose reward is the parity of the answer's length, so random text
-    gets rewards that differ and every step has something to learn) with the tiny test model, then with a
+    one-turn ``builtin/bank`` episodes scored 1, 0, 1, 0 by their place in the group, whatever was sampled, so
+    that every group's rewards differ and every step has rows to train: the check is of the update's
+    mechanics, not of learning) with the tiny test model, then with a
     randomly initialised model of a real size built from a config stored here (``--config``, default
     ``benchmarks/configs/qwen3-0.6b.json``: Qwen3-0.6B's shape, 28 layers, hidden 1024, 16/8 heads, with the
     embedded SmolLM2 tokenizer's 49,152-token vocabulary: 0.49B parameters). Each passes when every step's
@@ -67,8 +68,6 @@ DEFAULT_CONFIG = HERE / "configs" / "qwen3-0.6b.json"
 #: Exit status where CUDA is not available (automake's "skipped"): nothing was measured, nothing failed.
 NO_CUDA_EXIT = 77
 NO_CUDA_MESSAGE = "gpu_check: no CUDA device (torch.cuda.is_available() is False); nothing measured"
-#: The reward basis of the check's episodes (registered by :func:`env_factory`).
-REWARD = "gpu_check_odd_answer_length"
 #: What ``--quick`` shrinks the stored config to (the code path is the full one's, the size is the tiny model's).
 QUICK_SHAPE = {
     "num_hidden_layers": 2,
@@ -152,24 +151,24 @@ def autocast(device: torch.device):
 
 
 # ---------------------------------------------------------------------------------------------- (a) train
-def _odd_answer_length(ctx: Any) -> float:
-    """1.0 when the first turn's answer has an odd number of characters: random text gets rewards that differ."""
-    answers = ctx.record.turn_answers
-    return float(len(answers[0] or "") % 2) if answers else 0.0
-
-
 def env_factory() -> Any:
-    """``() -> env``: one-turn episodes of two ``builtin/bank`` train tasks, rewarded by :data:`REWARD`."""
+    """``() -> env``: one-turn episodes of two ``builtin/bank`` train tasks."""
     import gymnasium as gym
 
     import envace_gym  # noqa: F401  (registers the env)
-    from envace_gym.rewards import register_reward_basis
 
-    register_reward_basis(REWARD, _odd_answer_length, overwrite=True)
     bank = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")
-    tasks = [dataclasses.replace(t, reward=(REWARD,), max_turns=1) for t in bank.unwrapped.pool[:2]]
+    tasks = [dataclasses.replace(t, max_turns=1) for t in bank.unwrapped.pool[:2]]
     bank.close()
     return lambda: gym.make("EnvACE-ToolCall-v0", tasks=tasks, split=None)
+
+
+def alternating_rewards(trajs: Sequence[Any]) -> list[float]:
+    """The check's rewards: 1, 0, 1, 0, ... by the episode's place in the step. The trainer plays each group as
+    ``group_size`` (4) consecutive episodes, so every group's rewards differ and every step trains rows, on any
+    machine and whatever the random model sampled (a reward read from the episodes, such as the parity of the
+    answer's length, can leave a group without a spread, and then nothing trains and the weights stay put)."""
+    return [float(i % 2) for i in range(len(trajs))]
 
 
 def train_check(policy: Any, steps: int, max_new_tokens: int) -> dict[str, Any]:
@@ -192,6 +191,7 @@ def train_check(policy: Any, steps: int, max_new_tokens: int) -> dict[str, Any]:
     result: dict[str, Any] = {"model": policy.name, "params": n_params(model), "steps": steps}
     with phase(device, result):
         trainer = EnvACETrainer(policy, env_factory(), config, out_dir=None, progress=False)
+        trainer.score = alternating_rewards
         try:
             records = trainer.train()
             error = None

@@ -5,8 +5,11 @@ writes ``OUT_DIR/rank{r}.json``: hashes of its weights before and after training
 weight change, the groups and rewards it played itself, the samples it trained on, the passes it made with
 nothing to train (``idle_passes``, per step) and the metrics ``train()`` returned on that rank.
 
-At step 2 rank 1 scores every episode 0: its group has no gradient, so it has no micro-batch to train while
-rank 0 has several (``micro_batch_tokens`` is small); it must still meet rank 0's gradient reduction.
+The rewards are scripted (:data:`SCORES`), not read from what the random model sampled, so that the run is the
+same kind of run on any CPU: every group has rewards that differ, except rank 1's at step 2, which are all 0:
+that group has no gradient, so rank 1 has no micro-batch to train while rank 0 has several
+(``micro_batch_tokens`` is small); it must still meet rank 0's gradient reduction. At step 1 the ranks' patterns
+differ, so their advantages, and so their local gradients, differ whatever they sampled.
 """
 
 from __future__ import annotations
@@ -26,19 +29,17 @@ import envace_gym.agents.train.envace as trainer_module
 from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.train.config import EnvACEConfig
 from envace_gym.agents.train.envace import EnvACETrainer
-from envace_gym.rewards import register_reward_basis
 
 TASKS_PER_STEP, GROUP_SIZE, STEPS = 2, 4, 2
 
 
-def _odd_answer_length(ctx) -> float:
-    """1.0 when the first turn's answer has an odd number of characters: random text gets varied rewards."""
-    answers = ctx.record.turn_answers
-    answer = answers[0] if answers else None
-    return float(len(answer or "") % 2)
-
-
-register_reward_basis("ddp_odd_answer_length", _odd_answer_length, overwrite=True)
+#: (rank, step) -> the scores of that rank's ``GROUP_SIZE`` episodes of the step (one group each).
+SCORES = {
+    (0, 1): [1.0, 0.0, 1.0, 0.0],
+    (1, 1): [1.0, 1.0, 0.0, 0.0],
+    (0, 2): [0.0, 1.0, 0.0, 1.0],
+    (1, 2): [0.0, 0.0, 0.0, 0.0],
+}
 
 
 def weights_hash(model: torch.nn.Module) -> str:
@@ -70,7 +71,7 @@ SAMPLE_FIELDS = ("group", "role", "input_ids", "loss_mask", "old_logprobs", "rew
 
 def main(out: Path) -> None:
     bank = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="train")
-    task = dataclasses.replace(bank.unwrapped.pool[0], reward=("ddp_odd_answer_length",), max_turns=1)
+    task = dataclasses.replace(bank.unwrapped.pool[0], max_turns=1)
     bank.close()
 
     def env_factory() -> gym.Env:
@@ -83,7 +84,7 @@ def main(out: Path) -> None:
     played: list[dict] = []  # this rank's own share of each step's rollouts
     samples: list[list[dict]] = []
     idle = [0] * STEPS
-    rollout, score, build = trainer.rollout, trainer.score, trainer.samples
+    rollout, build = trainer.rollout, trainer.samples
     idle_loss = trainer_module.idle_loss
 
     def recording_rollout(step: int):
@@ -92,7 +93,7 @@ def main(out: Path) -> None:
         return trajs, groups
 
     def scoring(trajs):
-        rewards = [0.0] * len(trajs) if trainer.rank == 1 and len(played) == 2 else score(trajs)
+        rewards = SCORES[trainer.rank, played[-1]["step"]]
         played[-1]["scored"] = rewards
         return rewards
 

@@ -94,11 +94,12 @@ def test_envace_trains_identically_on_two_ranks(tmp_path):
     assert r0["final_hash"] != r0["start_hash"]
     assert r0["final_hash"] == r1["final_hash"]
     assert r0["abs_change"] == r1["abs_change"]
-    # Rewards varied, so there was a gradient to sum; the ranks played different episodes, so their local
-    # gradients differed and only the all-reduce can have made the weights equal.
-    rewards = [x for summary in ranks for p in summary["played"] for x in p["rewards"]]
-    assert len(set(rewards)) > 1
-    assert [p["rewards"] for p in r0["played"]] != [p["rewards"] for p in r1["played"]]
+    # Every step had rows to train (the script's rewards differ inside rank 0's groups), so there was a gradient
+    # to sum; the ranks trained on different rows (at step 1 their scripted rewards, so their advantages,
+    # differ), so their local gradients differed and only the all-reduce can have made the weights equal.
+    assert all(record["trained_rows"] > 0 for record in r0["metrics"])
+    assert r0["samples"][0] != r1["samples"][0]
+    assert [s["advantage"] for s in r0["samples"][0]] != [s["advantage"] for s in r1["samples"][0]]
 
     # Metrics are gathered: every rank returns the same records (but its own timings), counting both ranks'
     # episodes.
@@ -112,8 +113,8 @@ def test_envace_trains_identically_on_two_ranks(tmp_path):
         scored = r0["played"][s]["scored"] + r1["played"][s]["scored"]
         assert record["reward_actor"] == sum(scored) / len(scored)
 
-    # At step 2 rank 1 had nothing to train (every reward 0) while rank 0 had micro-batches: rank 1 made
-    # passes that add nothing, so that both met in the gradient reduction.
+    # At step 2 rank 1 had nothing to train (every scripted reward 0) while rank 0 had micro-batches: rank 1
+    # made passes that add nothing, so that both met in the gradient reduction.
     assert set(r1["played"][1]["scored"]) == {0.0} and len(set(r0["played"][1]["scored"])) > 1
     assert r1["idle_passes"][1] > 0 and r0["idle_passes"][1] == 0
 
