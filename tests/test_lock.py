@@ -65,6 +65,29 @@ def lock_differences(path: Path) -> list[str]:
     return differences
 
 
+def unlocked_requirements(roots: list[Requirement], pins: dict[str, str]) -> list[str]:
+    """The requirements, from ``roots`` down through the installed packages' metadata (extras followed), that
+    name a package the lock does not list: the Makefile installs the lock with --no-deps, so nothing else would
+    install them."""
+    missing, seen = [], set()
+    todo = [(requirement, "setup.cfg") for requirement in roots]
+    while todo:
+        requirement, parent = todo.pop()
+        name = normalise(requirement.name)
+        if (name, frozenset(requirement.extras)) in seen:
+            continue
+        seen.add((name, frozenset(requirement.extras)))
+        if name not in pins:
+            missing.append(f"{requirement} (required by {parent})")
+            continue
+        for line in metadata.distribution(name).requires or []:
+            child = Requirement(line)
+            extras = [""] + sorted(requirement.extras)
+            if child.marker is None or any(child.marker.evaluate({"extra": extra}) for extra in extras):
+                todo.append((child, name))
+    return sorted(missing)
+
+
 def stamped_lock() -> Path | None:
     """The lock the Makefile installed into this venv, from its stamp; None where no lock is recorded."""
     if not STAMP.is_file() or not STAMP.read_text().strip():
@@ -72,13 +95,23 @@ def stamped_lock() -> Path | None:
     return ROOT / STAMP.read_text().strip()
 
 
-def test_every_locked_package_is_installed_at_its_locked_version():
+def require_the_lock_installed():
     lock = stamped_lock()
     if lock is None:
         pytest.skip(f"not the Makefile's venv ({sys.prefix} records no lock): the installed stack is not the lock's")
     assert lock == LOCK, f"this venv was installed from {lock}, not {LOCK}"
+
+
+def test_every_locked_package_is_installed_at_its_locked_version():
+    require_the_lock_installed()
     differences = lock_differences(LOCK)
     assert not differences, f"the venv differs from {LOCK.name} (`make setup` installs it): {differences}"
+
+
+def test_the_lock_lists_every_requirement_of_what_it_installs():
+    require_the_lock_installed()
+    missing = unlocked_requirements(setup_cfg_requirements(), read_lock(LOCK))
+    assert not missing, f"{LOCK.name} lacks requirements (`make lock`): {missing}"
 
 
 def test_a_version_other_than_the_locked_one_is_reported(tmp_path):
@@ -117,6 +150,14 @@ def setup_cfg_requirements() -> list[Requirement]:
     sections += [config["options.extras_require"][extra] for extra in EXTRAS]
     lines = [line.strip() for section in sections for line in section.splitlines()]
     return [Requirement(line) for line in lines if line and not line.startswith("#")]
+
+
+def test_a_requirement_missing_from_the_lock_is_reported():
+    # pytest requires pluggy (and iniconfig...): a lock of pytest alone lacks them.
+    pytest_only = {"pytest": installed_versions()["pytest"]}
+    missing = unlocked_requirements([Requirement("pytest")], pytest_only)
+    assert any(line.startswith("pluggy") and line.endswith("(required by pytest)") for line in missing), missing
+    assert not [line for line in missing if "required by setup.cfg" in line]
 
 
 def test_the_lock_satisfies_setup_cfg_and_bounds_each_major_version():
