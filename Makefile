@@ -26,7 +26,8 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check --no-compile
 unexport PYTHONDONTWRITEBYTECODE
 comma := ,
 
-.PHONY: setup lock test-latest demo test docs docs-shots lint bench warm-adapter clean verl-setup test-verl
+.PHONY: setup demo test docs docs-shots lint bench warm-adapter clean verl-setup test-verl
+.PHONY: lock test-latest
 
 setup: $(STAMP)
 
@@ -64,24 +65,6 @@ test: setup
 	# One worker per core (pytest-xdist), each with one torch thread (tests/conftest.py); worksteal keeps both
 	# busy to the end. --durations lists the slowest tests.
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist worksteal --durations=10
-
-# The suite on the newest releases setup.cfg's ranges allow, in a fresh .venv-latest (not in CI; try it before
-# `make lock`): torch stays at its pinned CPU build, installed first (any other torch build is gigabytes here),
-# then pip resolves the project's extras afresh. It prints the versions that differ from the lock, then runs
-# make test's checks (tests/test_lock.py skips there: that venv is not the lock's).
-LATEST := .venv-latest
-LATEST_PY := $(LATEST)/bin/python
-LATEST_PIP := $(LATEST_PY) -m pip install --quiet --disable-pip-version-check --no-compile
-test-latest:
-	rm -rf $(LATEST)
-	$(PYTHON) -m venv $(LATEST)
-	$(LATEST_PIP) "$(TORCH)"
-	$(LATEST_PIP) --upgrade pip -e ".[$(EXTRAS)]"
-	$(LATEST_PIP) --no-deps $(NO_DEPS)
-	$(LATEST_PY) tests/test_lock.py --diff $(LOCK)
-	$(LATEST)/bin/ruff check .
-	NO_MKDOCS_2_WARNING=1 $(LATEST_PY) -m mkdocs build --strict --quiet
-	HF_HUB_OFFLINE=1 $(LATEST_PY) -m pytest -q -n auto --dist worksteal --durations=10
 
 # The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt on every change; loopback only.
 docs: setup
@@ -124,6 +107,24 @@ $(VERL_STAMP): $(STAMP) examples/verl/requirements.txt
 # The verl adapter's tests with verl importable (`make test` skips them, saying so).
 test-verl: verl-setup
 	HF_HUB_OFFLINE=1 $(VERL_VENV)/bin/python -m pytest -q tests/test_verl.py
+
+# The suite on the newest releases setup.cfg's ranges allow, in a fresh .venv-latest (not in CI; try it before
+# `make lock`): torch stays at its pinned CPU build, installed first (any other torch build is gigabytes here),
+# then pip resolves the project's extras afresh. It prints the versions that differ from the lock, then runs
+# make test's checks (tests/test_lock.py's venv checks skip there: that venv is not the lock's).
+LATEST := .venv-latest
+LATEST_PY := $(LATEST)/bin/python
+LATEST_PIP := $(LATEST_PY) -m pip install --quiet --disable-pip-version-check --no-compile
+test-latest:
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST_PIP) "$(TORCH)"
+	$(LATEST_PIP) --upgrade pip -e ".[$(EXTRAS)]"
+	$(LATEST_PIP) --no-deps $(NO_DEPS)
+	$(LATEST_PY) tests/test_lock.py --diff $(LOCK)
+	$(LATEST)/bin/ruff check .
+	NO_MKDOCS_2_WARNING=1 $(LATEST_PY) -m mkdocs build --strict --quiet
+	HF_HUB_OFFLINE=1 $(LATEST_PY) -m pytest -q -n auto --dist worksteal --durations=10
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) $(LATEST) .pytest_cache .hypothesis runs site
