@@ -239,3 +239,10 @@ def test_the_kernels_block_is_the_scripts_rendering_of_the_kept_runs():
 
     envs = [json.loads(p.read_text())["environment"] for p in kept]
     assert pairing_mismatch(*envs) == ["cpu_capability"]
+
+
+def test_the_decode_precision_block_is_the_scripts_rendering_of_the_kept_json():
+    bench = _load("decode_precision")
+    kept = json.loads((ROOT / "docs" / "results" / "decode_precision_2026-12-07.json").read_text())
+    assert bench.table(kept) == _block("benchmarks.md", "decode-precision")
+    assert kept["environment"]["cpu_capability"] and len(kept["runs"]) == 2 * kept["repeats"]
