@@ -57,8 +57,11 @@ def code_version() -> str | None:
 
 
 def precision_of(policy: Any) -> str:
-    """``"bf16"`` where ``policy`` (an ``LMPolicy``) decodes under bfloat16 autocast, else ``"float32"``;
-    ``"none"`` for a policy with no model (scripted)."""
+    """``"bf16"`` where ``policy`` (an ``LMPolicy``, or an agent around one such as ``PrivateRehearsal``,
+    found through its ``policy``) decodes under bfloat16 autocast, else ``"float32"``; ``"none"`` for a policy
+    with no model (scripted)."""
+    while getattr(policy, "engine", None) is None and getattr(policy, "policy", None) is not None:
+        policy = policy.policy  # an agent wrapping the model's policy
     engine = getattr(policy, "engine", None)
     if engine is None:
         return "none"
@@ -90,6 +93,8 @@ def run_environment(
         precision = precision_of(policy) if policy is not None else "none"
     if device is None:
         model = getattr(policy, "model", None)
+        if model is None:  # an agent wrapping the model's policy
+            model = getattr(getattr(policy, "policy", None), "model", None)
         try:
             device = next(model.parameters()).device if model is not None else "cpu"
         except (AttributeError, StopIteration, TypeError):

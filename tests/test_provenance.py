@@ -39,6 +39,11 @@ def test_auto_precision_is_float32_on_every_cpu_even_one_with_native_bf16(monkey
     assert LMPolicy(model, tokenizer, bf16=True).engine.bf16 is True  # asked for outright: honoured
     assert run_environment(LMPolicy(model, tokenizer, bf16=True))["precision"] == "bf16"
 
+    class Agent:  # an agent around the model's policy (PrivateRehearsal, VerifiedCalls) reports its precision
+        policy = LMPolicy(model, tokenizer, bf16=True)
+
+    assert run_environment(Agent())["precision"] == "bf16"
+
 
 def test_an_evaluation_summary_records_where_it_ran():
     env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test")
