@@ -4,7 +4,8 @@ versions of the stack, recorded in every results file the benchmarks and ``envac
 Greedy decoding of a small model flips on the last bits of a float: the same command gives other outcomes
 under other CPU kernels (torch picks AVX-512, AVX2 or scalar kernels by CPU; ``ATEN_CPU_CAPABILITY`` forces
 one), another precision or another release of torch or transformers (measured: 7 of 96 greedy outcomes of the
-learning benchmark's start differed between two kernel sets of one machine). Two results are comparable
+learning benchmark's start differed between an AVX-512 CPU's own kernels under bf16 and its AVX2 kernels in
+float32; at one precision, AVX2 and scalar kernels gave the same tokens). Two results are comparable
 only where their `run_environment` records agree on `PAIRING_KEYS` (`pairing_mismatch` says where not).
 """
 
@@ -56,13 +57,18 @@ def code_version() -> str | None:
     return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
-def precision_of(policy: Any) -> str:
-    """``"bf16"`` where ``policy`` (an ``LMPolicy``, or an agent around one such as ``PrivateRehearsal``,
-    found through its ``policy``) decodes under bfloat16 autocast, else ``"float32"``; ``"none"`` for a policy
-    with no model (scripted)."""
+def _lm_policy(policy: Any) -> Any:
+    """``policy`` itself, or the LM policy inside an agent that wraps one (``PrivateRehearsal``,
+    ``VerifiedCalls``: found through ``.policy``)."""
     while getattr(policy, "engine", None) is None and getattr(policy, "policy", None) is not None:
-        policy = policy.policy  # an agent wrapping the model's policy
-    engine = getattr(policy, "engine", None)
+        policy = policy.policy
+    return policy
+
+
+def precision_of(policy: Any) -> str:
+    """``"bf16"`` where ``policy`` (an ``LMPolicy``, or an agent around one) decodes under bfloat16 autocast,
+    else ``"float32"``; ``"none"`` for a policy with no model (scripted)."""
+    engine = getattr(_lm_policy(policy), "engine", None)
     if engine is None:
         return "none"
     return "bf16" if getattr(engine, "bf16", False) else "float32"
@@ -92,9 +98,7 @@ def run_environment(
     if precision is None:
         precision = precision_of(policy) if policy is not None else "none"
     if device is None:
-        model = getattr(policy, "model", None)
-        if model is None:  # an agent wrapping the model's policy
-            model = getattr(getattr(policy, "policy", None), "model", None)
+        model = getattr(_lm_policy(policy), "model", None)
         try:
             device = next(model.parameters()).device if model is not None else "cpu"
         except (AttributeError, StopIteration, TypeError):

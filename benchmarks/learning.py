@@ -264,6 +264,7 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
         # Every step's record, the ones of an earlier, interrupted process included (the trainer kept them).
         records = [r for _, r in read_jsonl(out / "metrics.jsonl") if isinstance(r, dict)]
     evals = measure(policy, args, seed, out)
+    environment = run_environment(policy)
     keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "verifier_calls")
     return {
         "arm": name,
@@ -275,9 +276,9 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
         "train_s": round(sum(r["rollout_s"] + r["update_s"] for r in records), 1),
         "tokens": sum(r["actor_tokens"] + r["env_role_tokens"] + r.get("rehearsal_tokens", 0) for r in records),
         # where it ran (code, kernels, precision, threads, versions): a start and an arm pair only where these match
-        "environment": run_environment(policy),
+        "environment": environment,
         # the start evaluated here too, where the kept one ran elsewhere (see start_evaluation)
-        "start": start_evaluation(name, start, args, seed, out, run_environment(policy)),
+        "start": start_evaluation(name, start, args, seed, out, environment),
     }
 
 

@@ -109,7 +109,7 @@ def fidelity_report(
         summary = stats.summary()
         summary["mode"] = mode
         summary["key_f1_by_tool"] = {t: sum(v) / len(v) for t, v in sorted(stats.by_tool.items())}
-        summary["environment"] = run_environment(imaginer if hasattr(imaginer, "engine") else None)
+        summary["environment"] = run_environment(imaginer)
         report["backends"][name] = summary
     return report
 
