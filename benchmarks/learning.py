@@ -4,14 +4,18 @@ Every arm starts from the same warm start and gets the same steps, tasks and gro
 
 * ``untrained``: the warm start itself;
 * ``grpo-real``: plain GRPO on the real tools (every call live): the gain imagination is measured against;
-* ``envace-ref``: EnvACE world rehearsal (the policy imagines every tool result in its env role, both roles
-  trained by the task reward), its env role shown the same task's reference results as few-shot examples
-  (the paper's grounding); each real result shown counts as a logged result;
-* ``envace-log``: the same, its examples drawn from a tool log of *other* train tasks' results, never the
-  task's own;
+* ``envace-log``: EnvACE world rehearsal (the policy imagines every tool result in its env role, both roles
+  trained by the task reward), its env role shown few-shot real (arguments, result) pairs of the same tool
+  from a log of *other* train tasks' results, never the task's own nor another split's (the paper's
+  grounding); each real result shown counts as a logged result;
 * ``envace-blind``: the same with no real result anywhere in the env role's prompt;
-* ``envace-blind-nopenalty``: a control of ``envace-blind`` with ``invalid_penalty=0``: the rows of a group
-  whose rewards are all equal carry no signal, so what it learns comes from the task reward alone;
+* both train by the task reward alone (``invalid_penalty=0``: a group whose rewards are all equal carries no
+  signal), scored by the checklist bound to what each imagined episode showed (``imagined_reward="bound"``,
+  `envace_gym.binding`); ``envace-log-penalty`` and ``envace-blind-penalty`` add the penalty on unusable
+  output (0.1), ``envace-blind-refreward`` scores imagined episodes against the real values instead (the
+  reward before the binding);
+* ``envace-ref``: an ablation whose env role is shown the *same* task's reference results: it can copy the
+  real values into its answers (a leak: the task's answers are in its prompt);
 * older arms, kept for ``--arms``: ``envace-ref-targets`` (envace-ref plus the task's own logged results as
   supervised env-role targets: what ``envace-log`` meant before 2026-12-06), ``envace-ref-rehearsal``
   (half the task groups trained with a rehearsal memory), ``envace-frozen-env`` (the env role's samples
@@ -69,13 +73,22 @@ from envace_gym.imagination.prompt import is_result_shaped
 from envace_gym.jsonl import read_jsonl
 
 _REF_TARGETS = {"backend": "self", "tool_log": "reference"}  # the earlier setting's imagination recipe
+# The paper's grounding: few-shot real (arguments, result) pairs of the same tool from other train tasks' results
+_LOG = {"backend": "self", "grounding": "log", "tool_log": "reference", "log_targets": False}
 ARMS: dict[str, dict[str, Any] | None] = {
     "untrained": None,
     "grpo-real": {"backend": "real"},
     "envace-ref": {"backend": "self", "grounding": "reference"},
-    "envace-log": {"backend": "self", "grounding": "log", "tool_log": "reference", "log_targets": False},
-    "envace-blind": {"backend": "self", "grounding": "none"},
-    "envace-blind-nopenalty": {"backend": "self", "grounding": "none", "invalid_penalty": 0.0},
+    "envace-log": {**_LOG, "invalid_penalty": 0.0},
+    "envace-blind": {"backend": "self", "grounding": "none", "invalid_penalty": 0.0},
+    "envace-log-penalty": _LOG,
+    "envace-blind-penalty": {"backend": "self", "grounding": "none"},
+    "envace-blind-refreward": {
+        "backend": "self",
+        "grounding": "none",
+        "invalid_penalty": 0.0,
+        "imagined_reward": "reference",
+    },
     "envace-ref-targets": _REF_TARGETS,
     "envace-ref-rehearsal": {**_REF_TARGETS, "rehearsal_fraction": 0.5, "rehearsal_budget": 2},
     "envace-frozen-env": {"backend": "self", "train_env_role": False},
@@ -251,8 +264,12 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
     policy = load(start, args, seed)
     records: list[dict[str, Any]] = []
     out = Path(args.out) / f"{name}-seed{seed}"
+    trained_by: dict[str, Any] = {"invalid_penalty": None, "reward": None}
     if ARMS[name] is not None:
         cfg = arm_config(name, args, seed)
+        imagined = name in IMAGINED
+        # which reward trained it: the env's (real episodes), the bound checklist or the real values (imagined)
+        trained_by = {"invalid_penalty": cfg.invalid_penalty, "reward": cfg.imagined_reward if imagined else "env"}
         resume = args.resume and latest_checkpoint(out) is not None  # an arm cut short: on from its checkpoint
         if resume:
             print(f"{name}-seed{seed}: resuming from {latest_checkpoint(out).name}", flush=True)
@@ -269,6 +286,7 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
     return {
         "arm": name,
         "seed": seed,
+        **trained_by,
         "evals": evals,
         "records": records,
         "calls": {k: sum(r.get(k) or 0 for r in records) for k in keys},
@@ -384,7 +402,12 @@ def summarize(
     main = out.get(split, {})
     records = [rec for r in runs for rec in r["records"]]
     n = len(runs)
+    bound = sum(rec.get("bound_episodes", 0) for rec in records)
     out.update(
+        invalid_penalty=runs[0].get("invalid_penalty"),
+        reward=runs[0].get("reward"),
+        # the share of imagined training episodes whose reward the binding changed (None: none was bound)
+        binding_changed=sum(rec.get("binding_changed", 0) for rec in records) / bound if bound else None,
         success=main.get("success"),
         paired_vs_start=main.get("paired_vs_start"),
         live_calls=sum(r["calls"]["live_calls"] for r in runs) / n,

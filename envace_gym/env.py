@@ -21,6 +21,7 @@ from .backends import LEDGER, Backend, ReplayBackend, ToolResult, is_self_accoun
 from .backends.base import reference_state_hash
 from .backends.isolated import TOOL_ISOLATIONS, real_backend
 from .backends.spec import parse_backend_spec
+from .binding import BOUND_BASES, bound_score
 from .calls import (
     INVALID_CALL_CODES,
     CallError,
@@ -95,6 +96,9 @@ def clip(text: str, max_chars: int) -> str:
 
 #: The old name of ``info["env_role_samples"]``, kept (the same list) for one release.
 DEPRECATED_SAMPLES_KEY = "rehearsal"
+
+#: How an imagined episode is scored (``ToolCallEnv(imagined_reward=...)``).
+IMAGINED_REWARDS = ("bound", "reference")
 
 
 @dataclass
@@ -177,6 +181,11 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         max_result_chars: each tool result shown to the agent is cut to this length.
         system_prompt: used for tasks that carry no system message of their own.
         render_mode: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
+        imagined_reward: how an episode whose results were imagined (`SelfRehearsalEnv`) is scored:
+            ``"bound"`` (the default): against its task's checklist bound to what the episode showed
+            (`envace_gym.binding`; the reward against the real values is reported as
+            ``info["reward_reference"]``); ``"reference"``: against the real values, as a real episode is.
+            Tasks graded on other bases (tau2, BFCL) keep their own checkers either way.
 
     ``reset(options=...)`` takes ``task_id``, ``suite``, ``split``, and ``backend``: a `Backend` that
     answers this one episode's calls instead of the env's own (the seam `SelfRehearsalEnv` uses;
@@ -267,7 +276,10 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         max_result_chars: int = 8_192,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
         render_mode: str | None = None,
+        imagined_reward: str = "bound",
     ) -> None:
+        if imagined_reward not in IMAGINED_REWARDS:
+            raise ValueError(f"imagined_reward must be one of {IMAGINED_REWARDS}, got {imagined_reward!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         if isinstance(backend, str):
@@ -308,6 +320,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         self.task: Task | None = None
         self.messages: list[dict[str, Any]] = []
         self.record = EpisodeRecord()
+        self.reward_reference: float | None = None  # an imagined episode's reward against the real values
+        self.imagined_reward = imagined_reward
         self.user_turn = 0
         self.steps = 0
         self.done = True
@@ -331,6 +345,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         self.messages = [{"role": "system", "content": self.task.system or self.system_prompt}]
         self.messages.append({"role": "user", "content": self.task.user_turns[0]})
         self.record = EpisodeRecord(turn_answers=[None] * len(self.task.user_turns))
+        self.reward_reference: float | None = None
         self.user_turn = 0
         self.steps = 0
         self.call_counts = {"ok": 0, "failed": 0}
@@ -378,6 +393,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         if components:
             info["reward_components"] = components
             info["success"] = reward >= 1.0
+            if self.reward_reference is not None:
+                info["reward_reference"] = self.reward_reference
         info.update(ended)
         if self.render_mode == "human":
             self.render()
@@ -571,7 +588,24 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
                 self._expected_hashes[task.id] = reference_state_hash(task, lambda: self.real_backend_for(task))
             return self._expected_hashes[task.id]
 
-        return score_episode(task, record, expected_state_hash=expected, env=self, final_state_hash=final)
+        reward, components = score_episode(task, record, expected_state_hash=expected, env=self, final_state_hash=final)
+        if self.bound_reward_applies():
+            # The actor saw imagined results: score it against what it was shown (the checklist), and keep the
+            # reward against the real world's values beside it, to report how often the binding changed it.
+            self.reward_reference = reward
+            return bound_score(task, record)
+        return reward, components
+
+    def bound_reward_applies(self) -> bool:
+        """Whether this episode is scored by its task's checklist bound to observations (`envace_gym.binding`):
+        its results were imagined (the backend says ``imagined``), ``imagined_reward`` is ``"bound"``, and the
+        task is graded on bases a checklist can score (tau2's and BFCL's checkers are kept)."""
+        return (
+            self.imagined_reward == "bound"
+            and bool(getattr(self.backend, "imagined", False))
+            and self.task is not None
+            and all(b in BOUND_BASES for b in self.task.reward)
+        )
 
     def offered_tool_names(self) -> frozenset[str]:
         """The names of the tools this episode offers the agent (the ``info["tools"]`` it is shown: the
@@ -736,6 +770,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         run.results.append(result)
         if result.ok:
             self.record.calls.append(ToolCall(call.name, call.arguments))
+            self.record.results.append(result.content)
         content = clip(result.to_message_content(), self.max_result_chars)
         self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
         run.shown.append(content)

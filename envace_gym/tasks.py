@@ -17,13 +17,16 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
 
 from .calls import ToolCall
 from .rewards import reward_bases
 from .tools import SchemaError, ToolSpec
+
+if TYPE_CHECKING:
+    from .binding import Checklist
 
 __all__ = [
     "RefCall",
@@ -116,6 +119,14 @@ class Task:
         from .rewards import expected_calls_from_reference  # rewards imports tasks only for typing
 
         return tuple(expected_calls_from_reference(self))
+
+    @cached_property
+    def checklist(self) -> Checklist:
+        """The reference as steps bound to what an episode shows (`envace_gym.binding.checklist_of`), built
+        once per task: the reward of an episode whose results were imagined."""
+        from .binding import checklist_of  # binding imports tasks only for typing
+
+        return checklist_of(self)
 
     @property
     def reference_calls(self) -> list[RefCall]:

@@ -139,6 +139,9 @@ def test_imagined_training_spends_no_live_call_and_sim_to_real_is_diagnostic(pol
     episodes = cfg.steps * cfg.group_size
     assert delta["live"] == 0 and all(r["live_calls"] == 0 and r["live_calls_total"] == 0 for r in records)
     assert all(r["n_env_role"] == cfg.group_size for r in records)  # the calls were imagined
+    # Scored by the checklist bound to what the episode showed; the reward against the real values (kept beside
+    # it) is the same here: the canned {"n": 1} is what the real tool answers.
+    assert all(r["bound_episodes"] == cfg.group_size and r["binding_changed"] == 0 for r in records)
     # Scoring replays each episode's imagined calls (and the reference once per env) on a real backend.
     assert delta["verifier"] == sum(r["verifier_calls"] for r in records) >= episodes
     assert ran == delta["verifier"] + delta["diagnostic"]

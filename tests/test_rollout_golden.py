@@ -32,7 +32,9 @@ from envace_gym.agents.rollout import collect
 from envace_gym.agents.scripted import OraclePolicy
 
 GOLDEN = Path(__file__).parent / "data" / "rollout_golden.json"
-BANK = {"suite": "builtin/bank", "split": "test", "max_turns": 4}
+# The record's rewards score the imagined episodes against the real values, as every imagined episode was
+# scored when it was made (the bound reward, the default since, is tested in test_binding.py).
+BANK = {"suite": "builtin/bank", "split": "test", "max_turns": 4, "imagined_reward": "reference"}
 TASKS = ["bank-test-0001", "bank-test-0008", "bank-test-0002", "bank-test-0003"]
 RESULT = {"account_id": "A-5247", "balance": 2215.7, "currency": "EUR"}
 #: How far a logprob may move from the record (relative, floor 1): see test_rollouts_match_the_golden_record.

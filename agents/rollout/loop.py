@@ -92,6 +92,9 @@ class EpisodeResult:
     calls_ok: int  # well-formed calls to declared tools with schema-valid arguments
     calls_failed: int  # malformed calls, unknown tools, schema violations
     messages: list[dict[str, Any]] = field(repr=False, default_factory=list)
+    # an imagined episode scored against what it showed (the env's bound reward): its reward against the real
+    # world's values, for the share of rewards the binding changed; None otherwise
+    reward_reference: float | None = None
 
     @classmethod
     def from_info(cls, info: dict[str, Any], reward: float, truncated: bool) -> EpisodeResult:
@@ -107,6 +110,7 @@ class EpisodeResult:
             calls_ok=info["call_counts"]["ok"],
             calls_failed=info["call_counts"]["failed"],
             messages=info["messages"],
+            reward_reference=info.get("reward_reference"),
         )
 
 
@@ -172,8 +176,11 @@ class Trajectory:
     def to_dict(self) -> dict[str, Any]:
         """The JSONL record: ``{"episode": {...}, "policy", "token_ids", "roles", "logprobs", "env_role_samples"}``,
         and ``"notes"`` when the policy added any."""
+        episode = asdict(self.episode)
+        if episode["reward_reference"] is None:  # only an imagined episode scored by its bound checklist has one
+            del episode["reward_reference"]
         out = {
-            "episode": asdict(self.episode),
+            "episode": episode,
             "policy": self.policy,
             "token_ids": list(self.token_ids),
             "roles": list(self.roles),

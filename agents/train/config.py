@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envace_gym.backends.spec import SELF_KINDS
+from envace_gym.env import IMAGINED_REWARDS
 from envace_gym.imagination.prompt import GROUNDINGS
 
 __all__ = [
@@ -139,6 +140,14 @@ class EnvACEConfig:
         metadata={"help": "env (the env's verifiable reward) or checklist (a judge grades each turn's items)"},
     )
     judge: str | None = field(default=None, metadata={"help": "the judge's LM spec for --reward checklist"})
+    imagined_reward: str = field(
+        default="bound",
+        metadata={
+            "help": "how an imagined episode is scored: bound (against its task's checklist bound to what the "
+            "episode showed: an actor that uses what its env role imagined can score) or reference (against the "
+            "real world's values, which the actor never saw)"
+        },
+    )
     # ---- the schedule
     steps: int = field(default=20, metadata={"help": "training steps (one rollout + one update each)"})
     tasks_per_step: int = field(default=4, metadata={"help": "train tasks drawn per step"})
@@ -233,6 +242,7 @@ class EnvACEConfig:
         choices = {
             "backend": BACKENDS,
             "reward": REWARDS,
+            "imagined_reward": IMAGINED_REWARDS,
             "scale_rewards": SCALE_REWARDS,
             "grounding": GROUNDINGS,
             "env_role_reward": ENV_ROLE_REWARDS,

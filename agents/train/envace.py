@@ -209,6 +209,7 @@ class EnvACETrainer:
         spec = parse_backend_spec(cfg.backend)
         if not spec.imagined:
             return env
+        env.unwrapped.imagined_reward = cfg.imagined_reward
         settings: dict[str, Any] = {"grounding": cfg.grounding}
         if spec.self_imagined:  # only the policy's own env role, the trained one, takes these
             settings.update(on_invalid=cfg.on_invalid, real_fraction=cfg.real_fraction, log=self.tool_log)
@@ -633,6 +634,10 @@ class EnvACETrainer:
             "rehearsals": sum(n.get("rehearsals", 0) for t in trajs for n in t.notes),
             "rehearsal_tokens": sum(n.get("rehearsal_tokens", 0) for t in trajs for n in t.notes),
             "trained_rows": sum(1 for s in samples if s.role != "grounding" and s.advantage != 0.0),
+            # imagined episodes scored by the bound checklist, and those whose reward it changed from the reward
+            # against the real values
+            "bound_episodes": sum(1 for t in trajs if t.episode.reward_reference is not None),
+            "binding_changed": sum(1 for t in trajs if t.episode.reward_reference not in (None, t.episode.reward)),
             **{CALL_METRICS[kind]: n for kind, n in calls.items()},  # summed over ranks below
             # sim_to_real: each episode's (imagined success, real reward, real success)
             "real_rewards": [r for _, r, _ in diag],
@@ -662,6 +667,8 @@ class EnvACETrainer:
             "n_env_role": len(merged["env_role_valid"]),
             "n_grounded": merged["grounded"],
             "trained_rows": merged["trained_rows"],
+            "bound_episodes": merged["bound_episodes"],
+            "binding_changed": merged["binding_changed"],
             "valid_call_rate": merged["calls_ok"] / calls if calls else None,
             "actor_tokens": merged["actor_tokens"],
             "env_role_tokens": merged["env_role_tokens"],

@@ -77,6 +77,8 @@ class ImaginedBackend:
     """
 
     self_accounting = True
+    #: The agent sees imagined results: the env scores such an episode against what it showed (`envace_gym.binding`).
+    imagined = True
 
     def __init__(
         self,
