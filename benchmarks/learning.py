@@ -30,13 +30,18 @@ on the same slices, so the primary figure is the **paired per-task difference fr
 bootstrap 95% interval over tasks, pooled over seeds. Beside it: per-seed success with a t interval over
 seeds, and the pooled Wilson interval.
 
+**The env role's fidelity.** After each evaluation (the start's too), the policy's env role answers the
+reference calls of ``--fidelity-episodes`` fixed ``val`` tasks (the same for every seed and arm), greedily and
+shown no real result; each answer's share of the real result's fields right is paired, call by call, with the
+start's answer to the same call: has training put an action -> response model into the weights?
+
 **Raw results.** Each (arm, seed) run writes ``OUT/<arm>-seed<k>/result.json``: every training step's record
 (rewards, ``trained_rows``, ``groups_with_spread``, ``rollout_s``, ``update_s``, live / logged / diagnostic /
-verifier calls...) and every evaluation episode's outcome by task id. ``results.json`` aggregates them;
-``table.md`` and ``learning.png`` are written from it, and ``--write-docs RESULTS.json`` renders the docs'
-tables from a kept one (``--plot RESULTS.json`` its figure, as ``RESULTS.png`` beside it). ``--resume``
-keeps finished runs and continues an arm cut short from its newest checkpoint (LoRA arms from its adapter
-file, over the same start).
+verifier calls...), every evaluation episode's outcome by task id, and the env role's fidelity with its
+per-call records. ``results.json`` aggregates them; ``table.md`` and ``learning.png`` are written from it, and
+``--write-docs RESULTS.json`` renders the docs' tables from a kept one (``--plot RESULTS.json`` its figure, as
+``RESULTS.png`` beside it). ``--resume`` keeps finished runs and continues an arm cut short from its newest
+checkpoint (LoRA arms from its adapter file, over the same start).
 
     python benchmarks/learning.py                                        # the default run
     python benchmarks/learning.py --eval-split val --arms untrained,grpo-real --seeds 0   # go/no-go on val
@@ -59,6 +64,7 @@ import gymnasium as gym
 
 import envace_gym  # noqa: F401  (registers the envs)
 from envace_gym.agents import recipe
+from envace_gym.agents.eval.fidelity import bootstrap_calls, call_differences, call_summary, fidelity_report
 from envace_gym.agents.eval.stats import paired_bootstrap, t_interval, wilson_interval
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
@@ -121,6 +127,7 @@ DEFAULT = {
     "eval_split": "test-id",
     "eval_episodes": 96,
     "test_episodes": 32,
+    "fidelity_episodes": 48,
     "warm": "adapter",
     "warm_scale": recipe.WARM_SCALE,
     "warm_steps": 60,
@@ -236,6 +243,34 @@ def measure(policy: LMPolicy, args, seed: int, out: Path) -> dict[str, dict[str,
     return {s: evaluate_on(policy, args, s, eval_slice(args, s, seed), out / f"eval-{s}.jsonl") for s in splits}
 
 
+def fidelity_tasks(args) -> list[str]:
+    """The ``val`` tasks the env role's fidelity is measured on: ``--fidelity-episodes`` of those with reference
+    calls, in a fixed shuffle (seeded by a name, never by the run): the same calls for every seed and arm, so an
+    arm's answers pair with the start's call by call."""
+    ids = sorted(t.id for t in task_pool(args) if t.split == "val" and t.reference_calls)
+    random.Random("fidelity/val").shuffle(ids)
+    return ids[: args.fidelity_episodes]
+
+
+def measure_fidelity(policy: LMPolicy, args) -> dict[str, Any] | None:
+    """The policy's env role as a world model: greedy answers to the reference calls of `fidelity_tasks`,
+    shown no real result (grounding none), scored against the real results: the report's summary and its
+    per-call records (``calls_detail``). None with ``--fidelity-episodes 0``."""
+    ids = fidelity_tasks(args)
+    if not ids:
+        return None
+    policy.sampling = SamplingConfig(0.0, 1.0, args.max_new_tokens, 0)
+    policy.engine.clear()
+    t0 = time.monotonic()
+    report = fidelity_report(
+        env_factory(args, "val"), {"self": policy}, len(ids), progress=False, grounding="none",
+        batch_size=EVAL_BATCH, task_ids=ids,
+    )  # fmt: skip
+    result = report["backends"]["self"]
+    result.pop("environment")  # the run's own, recorded beside it
+    return {"split": "val", "grounding": "none", **result, "seconds": round(time.monotonic() - t0, 1)}
+
+
 def arm_config(name: str, args, seed: int) -> EnvACEConfig:
     return EnvACEConfig(
         steps=args.steps,
@@ -281,6 +316,7 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
         # Every step's record, the ones of an earlier, interrupted process included (the trainer kept them).
         records = [r for _, r in read_jsonl(out / "metrics.jsonl") if isinstance(r, dict)]
     evals = measure(policy, args, seed, out)
+    fidelity = measure_fidelity(policy, args)
     environment = run_environment(policy)
     keys = ("live_calls", "logged_calls_used", "diagnostic_calls", "verifier_calls")
     return {
@@ -288,6 +324,7 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
         "seed": seed,
         **trained_by,
         "evals": evals,
+        "fidelity": fidelity,
         "records": records,
         "calls": {k: sum(r.get(k) or 0 for r in records) for k in keys},
         # the same meaning for a fresh and a resumed run: the steps' own time, evaluation apart
@@ -315,7 +352,11 @@ def start_evaluation(
     print(f"{name}-seed{seed}: evaluating the start here too (the kept one is missing or ran elsewhere)", flush=True)
     policy = load(start, args, seed)
     (out / "start").mkdir(parents=True, exist_ok=True)
-    return {"evals": measure(policy, args, seed, out / "start"), "environment": run_environment(policy)}
+    return {
+        "evals": measure(policy, args, seed, out / "start"),
+        "fidelity": measure_fidelity(policy, args),
+        "environment": run_environment(policy),
+    }
 
 
 # ----------------------------------------------------------------------------------------- aggregation
@@ -368,6 +409,23 @@ def paired(runs: list[dict[str, Any]], start: list[dict[str, Any]], split: str) 
     return paired_bootstrap([sum(d) / len(d) for d in per_task.values()])
 
 
+def fidelity_paired(runs: list[dict[str, Any]], start: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The arm's env-role fidelity against the start's, call by call: each reference call's ``fields`` score
+    minus the start's on it (the start evaluated in the same environment as that seed: `start_pairing`),
+    averaged over the seeds that measured it; bootstrap 95% interval over calls. None where nothing pairs."""
+    kept = {r["seed"]: r for r in start}
+    per_call: dict[tuple[str, int], list[float]] = {}
+    for r in runs:
+        match, _ = start_pairing(r, kept)
+        if match is None or not match.get("fidelity") or not r.get("fidelity"):
+            continue
+        for key, d in call_differences(match["fidelity"]["calls_detail"], r["fidelity"]["calls_detail"]).items():
+            per_call.setdefault(key, []).append(d)
+    if not per_call:
+        return None
+    return bootstrap_calls({key: sum(d) / len(d) for key, d in per_call.items()})
+
+
 def summarize(
     name: str, runs: list[dict[str, Any]], start: list[dict[str, Any]], split: str, group_size: int
 ) -> dict[str, Any]:
@@ -399,6 +457,10 @@ def summarize(
         }
     if name != "untrained" and start:
         out["pairing"] = pairing(runs, start)
+    measured = [r["fidelity"] for r in runs if r.get("fidelity")]
+    if measured:  # the env role's fidelity on val reference calls, pooled over seeds
+        out["fidelity"] = call_summary([c for f in measured for c in f["calls_detail"]])
+        out["fidelity_vs_start"] = fidelity_paired(runs, start) if name != "untrained" and start else None
     main = out.get(split, {})
     records = [rec for r in runs for rec in r["records"]]
     n = len(runs)
@@ -441,23 +503,32 @@ def _delta(d: dict[str, Any] | None) -> str:
 
 def table(results: dict[str, Any]) -> str:
     """The results table: success on the evaluation split, paired with the start (the primary figure), the
-    mean over seeds, ``test``, and what training cost in live calls and real results shown."""
+    mean over seeds, ``test``, and what training cost in live calls and real results shown; where the runs
+    measured it, the env role's fidelity on ``val`` reference calls (the share of the real results' fields it
+    got right, shown no real result) and its per-call difference from the start."""
     split = next(iter(results.values()))["split"] if results else "test-id"
+    fidelity = any(r.get("fidelity") for r in results.values())  # runs from before it was measured: no column
     lines = [
         f"| arm | {split}: success (Wilson 95%) | paired vs start, points (95% CI; won/lost) | mean of seeds (t 95%) "
-        "| test, held-out phrasings: paired vs start | live calls per run | real results shown per run |",
-        "|---|---|---|---|---|---|---|",
+        "| test, held-out phrasings: paired vs start | live calls per run | real results shown per run |"
+        + (" env-role fields on val calls (vs start, points; won/lost calls) |" if fidelity else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if fidelity else ""),
     ]
     for name, r in results.items():
         main, test = r.get(split, {}), r.get("test", {})
         seeds = len(r["seeds"])
-        lines.append(
+        row = (
             f"| {name} ({seeds} seed{'s' * (seeds != 1)}) | {_pct(main.get('success'))} of {main.get('episodes', 0)} "
             f"({_ci(*main.get('wilson95', (None, None)))}) | {_delta(r.get('paired_vs_start'))} | "
             f"{_ci(*main.get('t95_seeds', (None, None)))} | "
             f"{_pct(test.get('success'))}, {_delta(test.get('paired_vs_start'))} | {r['live_calls']:,.0f} | "
             f"{r['logged_results']:,.0f} |"
         )
+        if fidelity:
+            fields = (r.get("fidelity") or {}).get("field_exact")
+            vs = r.get("fidelity_vs_start")
+            row += f" {_pct(fields)}" + (f", {_delta(vs)}" if vs else "") + " |"
+        lines.append(row)
     return "\n".join(lines)
 
 
@@ -732,8 +803,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 path.mkdir(parents=True, exist_ok=True)
                 (path / "result.json").write_text(json.dumps(r, indent=1))
                 ok = r["evals"][args.eval_split]["outcomes"].values()
+                fields = (r["fidelity"] or {}).get("field_exact")
                 print(f"{name} seed {seed}: {args.eval_split} {sum(ok)}/{len(ok)}, calls {r['calls']}, "
-                      f"{r['train_s']:.0f} s", flush=True)  # fmt: skip
+                      f"env-role fields {_pct(fields)}, {r['train_s']:.0f} s", flush=True)  # fmt: skip
     return report(args, arms, seeds, t0)
 
 

@@ -230,6 +230,47 @@ def test_the_learning_report_pairs_an_arm_with_a_start_only_where_they_ran_in_th
     assert learning.pairing(arm, start)["refused"]["3"] == ["versions.torch"]
 
 
+def test_the_learning_summary_pairs_the_env_roles_fidelity_call_by_call():
+    """Two hand-made runs of one seed, evaluated in the same environment: the start's and an arm's env-role
+    answers to the same three val calls. The arm's summary pairs them by (task, call), and the table shows
+    the pooled field share and the paired difference."""
+    learning = _load("learning")
+    from envace_gym.agents.provenance import run_environment
+
+    here = run_environment(precision="float32")
+
+    def run(fields: list[float]) -> dict:
+        calls = [
+            {"task_id": task, "call": i, "tool": "get_balance", "parses": True, "schema": True, "fields": f,
+             "f1": f, "exact": f == 1.0}
+            for (task, i), f in zip((("a", 0), ("a", 1), ("b", 0)), fields, strict=True)
+        ]  # fmt: skip
+        return {
+            "seed": 0,
+            "environment": here,
+            "evals": {"test-id": {"outcomes": {"t": 0}, "kinds": {"t": "balance"}}},
+            "fidelity": {"calls_detail": calls},
+            "records": [],
+            "calls": {"live_calls": 0, "logged_calls_used": 0, "diagnostic_calls": 0},
+            "train_s": 0.0,
+            "tokens": 0,
+        }
+
+    start, arm = [run([0.0, 0.5, 1.0])], [run([1.0, 0.5, 0.5])]
+    results = {
+        "untrained": learning.summarize("untrained", start, start, "test-id", 8),
+        "envace-blind": learning.summarize("envace-blind", arm, start, "test-id", 8),
+    }
+    assert results["untrained"]["fidelity"]["field_exact"] == 0.5
+    assert results["untrained"]["fidelity_vs_start"] is None
+    d = results["envace-blind"]["fidelity_vs_start"]
+    assert d["mean"] == pytest.approx((1.0 + 0.0 - 0.5) / 3)  # a/0 +1, a/1 0, b/0 -0.5
+    assert (d["calls"], d["tasks"], d["won"], d["lost"]) == (3, 2, 1, 1)
+    head, _, start_row, arm_row = learning.table(results).splitlines()
+    assert head.endswith("env-role fields on val calls (vs start, points; won/lost calls) |")
+    assert start_row.endswith("| 50.0% |") and arm_row.split("|")[-2].strip().startswith("66.7%, +16.7 (")
+
+
 def test_the_kernels_block_is_the_scripts_rendering_of_the_kept_runs():
     learning = _load("learning")
     kept = [ROOT / "docs" / "results" / "kernels_2026-12-07" / f"untrained-seed0-{k}.json" for k in ("avx2", "default")]

@@ -59,6 +59,7 @@ def test_the_learning_benchmark_runs_its_steps_and_episodes_on_a_slow_clock(tmp_
     argv = ["--policy", "tiny", "--out", str(tmp_path), "--arms", "untrained,envace-log", "--seeds", "0,1"]
     argv += ["--steps", "2", "--tasks-per-step", "2", "--group-size", "2", "--warm", "train", "--warm-steps", "2"]
     argv += ["--eval-episodes", "3", "--test-episodes", "2", "--max-new-tokens", "8", "--device", "cpu"]
+    argv += ["--fidelity-episodes", "2"]
     report = bench.main(argv)
     arms = report["arms"]
     assert set(arms) == {"untrained", "envace-log"}
@@ -75,8 +76,15 @@ def test_the_learning_benchmark_runs_its_steps_and_episodes_on_a_slow_clock(tmp_
     assert log["paired_vs_start"]["tasks"] == 6 and len(log["paired_vs_start"]["ci95"]) == 2
     assert log["test"]["episodes"] == arms["untrained"]["test"]["episodes"] == 4  # test: sliced per seed as well
     assert log["test"]["paired_vs_start"]["tasks"] == 4
+    # the env role's fidelity: the same val calls for every run, paired with the start's call by call
+    fidelity_tasks = set(bench.fidelity_tasks(bench.parse_args(argv)))
+    assert len(fidelity_tasks) == 2 and all(t.startswith("bank-val-") for t in fidelity_tasks)
+    for run in runs.values():
+        assert {c["task_id"] for c in run["fidelity"]["calls_detail"]} == fidelity_tasks
+        assert run["fidelity"]["grounding"] == "none" and "field_exact" in run["fidelity"]
+    assert log["fidelity_vs_start"]["tasks"] == 2 and "field_exact" in arms["untrained"]["fidelity"]
     table = (tmp_path / "table.md").read_text()
-    assert "| envace-log (2 seeds) |" in table and "paired vs start" in table
+    assert "| envace-log (2 seeds) |" in table and "paired vs start" in table and "env-role fields" in table
     # --resume keeps finished runs: nothing is trained again
     again = bench.main([*argv, "--resume"])
     assert again["arms"]["envace-log"]["records"] == log["records"]

@@ -127,7 +127,15 @@ def test_fidelity_json_fields_on_the_tiny_model(capsys, tmp_path):
     for name, mode in (("self", "prompted"), ("self-inline", "inline")):
         b = report["backends"][name]
         assert b["mode"] == mode and b["calls"] >= 2
-        assert {"parse_valid_rate", "schema_valid_rate", "exact_match", "key_f1", "success_agreement"} <= set(b)
+        assert {
+            "parse_valid_rate",
+            "schema_valid_rate",
+            "exact_match",
+            "key_f1",
+            "field_exact",
+            "success_agreement",
+        } <= set(b)
+        assert len(b["calls_detail"]) == b["calls"]
     assert (tmp_path / "fidelity.json").exists() and (tmp_path / "fidelity.png").exists()
     code, _, err = run(capsys, "fidelity", "--policy", "tiny", "--backends", "dream")
     assert code == 2 and "--backends" in err

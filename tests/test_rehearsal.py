@@ -228,8 +228,98 @@ def test_fidelity_report_fields_and_perfect_simulator(monkeypatch):
             assert good[key] == 1.0, (good_name, key)
             assert 0.0 <= bad[key] <= 1.0
         assert bad["parse_valid_rate"] == 0.0 and bad["calls"] >= 4
+        assert good["field_exact"] == 1.0 and bad["field_exact"] == 0.0
+        # one record per answered reference call, the same calls for every backend
+        assert len(good["calls_detail"]) == good["calls"]
+        assert all(c["fields"] == 1.0 and c["exact"] for c in good["calls_detail"])
+        assert [(c["task_id"], c["call"]) for c in good["calls_detail"]] == [
+            (c["task_id"], c["call"]) for c in bad["calls_detail"]
+        ]
     assert report["backends"]["tiny-inline"]["mode"] == "inline"
     assert leaf_f1({"a": 1, "b": 2}, {"a": 1, "b": 3}) == 0.5 and leaf_f1(None, {"a": 1}) == 0.0
+
+
+def test_fidelity_report_plays_the_tasks_it_is_given():
+    from envace_gym.agents.eval.fidelity import fidelity_report
+
+    made = []
+
+    def factory():
+        made.append(gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="val"))
+        return made[-1]
+
+    class LateBound(RealResultImaginer):
+        def __init__(self):
+            self._episode, self._shadow = None, None
+
+        @property
+        def env(self):
+            return made[-1].unwrapped
+
+    pool = {t.id: t for t in factory().unwrapped.pool}
+    ids = sorted(i for i, t in pool.items() if t.reference_calls)[:2][::-1]  # in an order of the caller's
+    report = fidelity_report(factory, {"perfect": LateBound()}, 5, progress=False, grounding="none", task_ids=ids)
+    calls = report["backends"]["perfect"]["calls_detail"]
+    assert report["episodes"] == 2
+    assert [(c["task_id"], c["call"]) for c in calls] == [
+        (i, k) for i in ids for k in range(len(pool[i].reference_calls))
+    ]
+    with pytest.raises(ValueError, match="bank-test"):  # a task of another split is not in the env's pool
+        fidelity_report(factory, {"perfect": LateBound()}, 1, progress=False, task_ids=["bank-test-0000"])
+
+
+SPEC = envace_gym.ToolSpec(
+    "get_balance",
+    returns={"type": "object", "properties": {"balance": {"type": "number"}}, "required": ["balance"]},
+)
+REAL = {"balance": 120.5, "currency": "EUR", "holds": [{"id": "H-1", "amount": 3}]}
+
+
+def _answer(value):
+    return f"<execution_result>{json.dumps(value)}</execution_result>"
+
+
+@pytest.mark.parametrize(
+    "text, mode, parses, schema, fields, exact",
+    [
+        (_answer(REAL), "prompted", True, True, 1.0, True),
+        (json.dumps(REAL), "inline", True, True, 1.0, True),
+        # one of the four leaf fields wrong: three right, not exact
+        (_answer({**REAL, "currency": "USD"}), "prompted", True, True, 0.75, False),
+        # a field missing: the other three right
+        (_answer({"balance": 120.5, "holds": REAL["holds"]}), "prompted", True, True, 0.75, False),
+        # the right fields and an extra one: every real field held, but not the real result
+        (_answer({**REAL, "note": "x"}), "prompted", True, True, 1.0, False),
+        ("the balance is 120.5", "prompted", False, False, 0.0, False),
+        (json.dumps(REAL), "prompted", False, False, 0.0, False),  # no <execution_result> block
+        # parses, but the schema wants a number: three of four fields right
+        (_answer({**REAL, "balance": "120.5"}), "prompted", True, False, 0.75, False),
+    ],
+)
+def test_score_answer_on_hand_made_answers(text, mode, parses, schema, fields, exact):
+    from envace_gym.agents.eval.fidelity import score_answer
+
+    score = score_answer(text, REAL, SPEC, mode)
+    assert (score["parses"], score["schema"], score["fields"], score["exact"]) == (parses, schema, fields, exact)
+    assert (score["f1"] == 1.0) == exact
+
+
+def test_paired_calls_pairs_by_task_and_call_and_ignores_the_unpaired():
+    from envace_gym.agents.eval.fidelity import call_summary, paired_calls
+
+    def rec(task, call, fields):
+        return {"task_id": task, "call": call, "fields": fields}
+
+    start = [rec("a", 0, 0.0), rec("a", 1, 0.5), rec("b", 0, 1.0), rec("c", 0, 0.25)]
+    # listed in another order; ("a", 2) and ("d", 0) have no start answer, ("c", 0) no arm answer
+    arm = [rec("b", 0, 0.5), rec("a", 1, 1.0), rec("a", 0, 1.0), rec("a", 2, 1.0), rec("d", 0, 0.0)]
+    d = paired_calls(start, arm)
+    assert d["mean"] == pytest.approx((1.0 + 0.5 - 0.5) / 3)
+    assert (d["calls"], d["tasks"], d["won"], d["lost"]) == (3, 2, 2, 1)
+    assert d["ci95"][0] <= d["mean"] <= d["ci95"][1]
+    assert paired_calls(start, [rec("z", 0, 1.0)])["mean"] is None
+    full = [{**c, "parses": True, "schema": True, "exact": c["fields"] == 1.0, "f1": c["fields"]} for c in start]
+    assert call_summary(full)["field_exact"] == pytest.approx(1.75 / 4)
 
 
 def test_after_an_unusable_answer_the_rest_of_the_step_is_not_imagined():

@@ -1,4 +1,4 @@
-"""How close an imagined tool result is to the real one: exact match and F1 over JSON leaves.
+"""How close an imagined tool result is to the real one: exact match, and F1 or recall over JSON leaves.
 
 The one definition used by the fidelity report (``envace fidelity``), by the env role's fidelity reward and
 by the training metrics, so that "exact match" means the same thing everywhere.
@@ -10,7 +10,7 @@ from typing import Any
 
 from ..calls import canonical_json
 
-__all__ = ["leaf_f1", "result_fidelity"]
+__all__ = ["leaf_f1", "leaf_recall", "result_fidelity"]
 
 
 def _leaves(value: Any, prefix: str = "") -> set[str]:
@@ -31,6 +31,15 @@ def leaf_f1(predicted: Any, real: Any) -> float:
         return 0.0
     precision, recall = hits / len(p), hits / len(r)
     return 2 * precision * recall / (precision + recall)
+
+
+def leaf_recall(predicted: Any, real: Any) -> float:
+    """The share of the real value's (path, value) leaves that ``predicted`` holds exactly: how many of the
+    real result's fields the answer got right, whatever else it adds; 0.0 when ``predicted`` is None."""
+    if predicted is None:
+        return 0.0
+    r = _leaves(real)
+    return len(_leaves(predicted) & r) / len(r)
 
 
 def result_fidelity(predicted: Any, real: Any) -> tuple[bool, float]:
