@@ -81,3 +81,20 @@ def test_log_grounding_needs_a_log():
     env, task, _ = _balance_tasks()
     with pytest.raises(ValueError, match="log"):
         _play(env, task, "log", None)
+
+
+def test_the_trainers_reference_log_holds_train_tasks_only(tmp_path):
+    """``--tool-log reference`` under an env that draws from every split: the log (what ``log`` grounding
+    shows the env role) holds the train split's results only, never a val, test-id or test task's."""
+    from envace_gym.agents.lm.policy import tiny_policy
+    from envace_gym.agents.train.envace import EnvACETrainer
+
+    def make():
+        return gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split=None)
+
+    cfg = EnvACEConfig(backend="self", grounding="log", tool_log="reference", steps=1, tasks_per_step=1, group_size=1)
+    trainer = EnvACETrainer(tiny_policy(), make, cfg, tmp_path, progress=False)
+    splits = {t.id: t.split for t in make().unwrapped.pool}
+    assert {splits[i] for i in trainer.tool_log.task_ids} == {"train"}
+    logged = {json.loads(line)["task_id"] for line in (tmp_path / "tool_log.jsonl").read_text().splitlines()}
+    assert logged == trainer.tool_log.task_ids

@@ -223,7 +223,10 @@ class EnvACETrainer:
         if self.cfg.tool_log == "reference":
             # Rank 0 keeps a copy in the run folder; every rank builds the same log in memory.
             keep = self.out is not None and self.is_main
-            return ToolLog.from_reference(self.pool, self.out / "tool_log.jsonl" if keep else None)
+            # Train-split tasks only, whatever split the env draws from: a held-out task's real results must not
+            # reach the env role's prompts (``log`` grounding) or its targets.
+            train = [t for t in self.pool if t.split == "train"]
+            return ToolLog.from_reference(train, self.out / "tool_log.jsonl" if keep else None)
         log = ToolLog.load(self.cfg.tool_log)
         held_out = {t.id: t.split for t in suite if t.split != "train"}
         leaked = sorted(log.task_ids & held_out.keys())
