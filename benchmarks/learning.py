@@ -44,7 +44,7 @@ per-call records. ``results.json`` aggregates them; ``table.md`` and ``learning.
 checkpoint (LoRA arms from its adapter file, over the same start).
 
     python benchmarks/learning.py                                        # the default run
-    python benchmarks/learning.py --eval-split val --arms untrained,grpo-real --seeds 0   # go/no-go on val
+    python benchmarks/learning.py --eval-split val --arms untrained,envace-blind,envace-log --seeds 0  # go/no-go
     python benchmarks/learning.py --full --device cuda --jobs 8          # the GPU setting
 """
 
@@ -132,7 +132,7 @@ DEFAULT = {
     "warm_scale": recipe.WARM_SCALE,
     "warm_steps": 60,
     "seeds": "0,1,2",
-    "arms": "untrained,grpo-real,envace-ref",
+    "arms": "untrained,grpo-real,envace-log,envace-blind",
 }
 FULL = {  # one GPU: all four domains, more steps and groups
     **DEFAULT,
@@ -146,7 +146,7 @@ FULL = {  # one GPU: all four domains, more steps and groups
     "test_episodes": 600,
     "warm": "train",
     "warm_steps": 600,
-    "arms": "untrained,grpo-real,envace-ref,envace-log,envace-blind",
+    "arms": "untrained,grpo-real,envace-log,envace-blind,envace-ref",
 }
 
 
@@ -482,8 +482,19 @@ def summarize(
         groups=sum(rec.get("n_actor", 0) for rec in records) / group_size / n,
         records={str(r["seed"]): r["records"] for r in runs},
         environments={str(r["seed"]): r.get("environment") for r in runs},
+        # the one environment every seed ran in (code, kernels, precision, threads, versions), None if they differ
+        environment=common_environment([r.get("environment") for r in runs]),
     )
     return out
+
+
+def common_environment(environments: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The environment all of ``environments`` share for pairing (`pairing_mismatch` empty between the first
+    and each other), or None where one is missing or differs."""
+    first = environments[0] if environments else None
+    if first is None or any(e is None or pairing_mismatch(first, e) for e in environments[1:]):
+        return None
+    return first
 
 
 def _pct(x: float | None) -> str:

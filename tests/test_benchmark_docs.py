@@ -269,6 +269,36 @@ def test_the_learning_summary_pairs_the_env_roles_fidelity_call_by_call():
     head, _, start_row, arm_row = learning.table(results).splitlines()
     assert head.endswith("env-role fields on val calls (vs start, points; won/lost calls) |")
     assert start_row.endswith("| 50.0% |") and arm_row.split("|")[-2].strip().startswith("66.7%, +16.7 (")
+    assert results["envace-blind"]["environment"] == here  # the one environment its seeds ran in
+
+
+def test_the_learning_summary_says_what_trained_an_arm_and_where():
+    """An arm's summary names its penalty, the reward that trained it, the share of imagined episodes whose
+    reward the binding changed, and the one environment of its seeds (None where two seeds differ)."""
+    learning = _load("learning")
+    from envace_gym.agents.provenance import run_environment
+
+    def run(seed: int, environment: dict) -> dict:
+        return {
+            "seed": seed,
+            "invalid_penalty": 0.0,
+            "reward": "bound",
+            "environment": environment,
+            "evals": {"test-id": {"outcomes": {f"t{seed}": 1}, "kinds": {f"t{seed}": "balance"}}},
+            "records": [{"bound_episodes": 32, "binding_changed": 4 * (seed + 1)}],
+            "calls": {"live_calls": 0, "logged_calls_used": 0, "diagnostic_calls": 0},
+            "train_s": 0.0,
+            "tokens": 0,
+        }
+
+    here = run_environment(precision="float32")
+    arm = learning.summarize("envace-blind", [run(0, here), run(1, here)], [], "test-id", 8)
+    assert (arm["invalid_penalty"], arm["reward"]) == (0.0, "bound")
+    assert arm["binding_changed"] == (4 + 8) / 64
+    assert arm["environment"] == here
+    elsewhere = {**here, "cpu_capability": "DEFAULT" if here["cpu_capability"] != "DEFAULT" else "AVX2"}
+    mixed = learning.summarize("envace-blind", [run(0, here), run(1, elsewhere)], [], "test-id", 8)
+    assert mixed["environment"] is None
 
 
 def test_the_kernels_block_is_the_scripts_rendering_of_the_kept_runs():
