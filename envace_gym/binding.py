@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .calls import ToolCall
-from .rewards import EpisodeRecord, _call_fits, call_match, normalize_answer, values_match
+from .rewards import EpisodeRecord, call_fits, call_match, normalize_answer, values_match
 
 if TYPE_CHECKING:
     from .tasks import RefCall, Task
@@ -215,7 +215,7 @@ def _fill(task: Task, checklist: Checklist, record: EpisodeRecord) -> tuple[dict
         if allowed is None:
             continue
         for j, call in enumerate(record.calls):
-            if j not in used and _call_fits(call, allowed):
+            if j not in used and call_fits(call, allowed):
                 used.add(j)
                 shown[step.index] = (call, _result(record, j))
                 break
@@ -228,7 +228,7 @@ def _shown_by_first_fit(task: Task, record: EpisodeRecord) -> dict[int, tuple[To
     used: set[int] = set()
     for i, expected in enumerate(task.expected_calls):
         for j, call in enumerate(record.calls):
-            if j not in used and _call_fits(call, expected):
+            if j not in used and call_fits(call, expected):
                 used.add(j)
                 shown[i] = (call, _result(record, j))
                 break

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EpisodeRecord",
     "call_match",
+    "call_fits",
     "expected_calls_from_reference",
     "values_match",
     "state_match",
@@ -87,7 +88,8 @@ def values_match(value: Any, allowed: Any) -> bool:
     return value == allowed and type(value) is type(allowed)
 
 
-def _call_fits(call: ToolCall, expected: Mapping[str, Mapping[str, list[Any]]]) -> bool:
+def call_fits(call: ToolCall, expected: Mapping[str, Mapping[str, list[Any]]]) -> bool:
+    """Whether ``call`` is one of ``expected``'s possible answers (``{name: {arg: [allowed values]}}``)."""
     ((name, args),) = expected.items()
     if call.name != name:
         return False
@@ -107,7 +109,7 @@ def call_match(calls: Sequence[ToolCall], expected: Sequence[Mapping[str, Mappin
     """1.0 when the calls and the expected calls pair up one-to-one, in any order; else 0.0."""
     if len(calls) != len(expected):
         return 0.0
-    fits = [[j for j, exp in enumerate(expected) if _call_fits(c, exp)] for c in calls]
+    fits = [[j for j, exp in enumerate(expected) if call_fits(c, exp)] for c in calls]
     match_of: dict[int, int] = {}  # expected index -> call index
 
     def augment(i: int, seen: set[int]) -> bool:  # Kuhn's bipartite matching
