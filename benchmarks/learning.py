@@ -544,11 +544,13 @@ def table(results: dict[str, Any]) -> str:
 
 
 def cost_table(results: dict[str, Any]) -> str:
-    """Where a run's steps went: time, tokens, rows trained, groups whose rewards differed."""
+    """Where a run's steps went: time, tokens, rows trained, groups whose rewards differed; what trained it (the
+    reward and the penalty on unusable output) and the share of imagined episodes whose reward the binding
+    changed (results kept before these were recorded show "-")."""
     lines = [
         "| arm | train time per run | per step: rollout (prefill + decode) / update | tokens per run "
-        "| trained rows per run | groups with spread |",
-        "|---|---|---|---|---|---|",
+        "| trained rows per run | groups with spread | reward, penalty (rewards the binding changed) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         recs = [rec for seed in r["records"].values() for rec in seed]
@@ -560,9 +562,15 @@ def cost_table(results: dict[str, Any]) -> str:
             f"{mean['rollout_s']:.0f} s ({mean['rollout_prefill_s']:.0f} + {mean['rollout_decode_s']:.0f}) / "
             f"{mean['update_s']:.0f} s"
         )
+        trained_by = "-"
+        if r.get("reward") is not None:
+            changed = r.get("binding_changed")
+            trained_by = f"{r['reward']}, {r['invalid_penalty']:g}" + (
+                f" ({100 * changed:.0f}%)" if changed is not None else ""
+            )
         lines.append(
             f"| {name} | {r['train_s'] / 60:.1f} min | {per_step} | {r['tokens']:,.0f} | "
-            f"{r['trained_rows']:,.0f} | {r['groups_with_spread']:.0f} of {r['groups']:.0f} |"
+            f"{r['trained_rows']:,.0f} | {r['groups_with_spread']:.0f} of {r['groups']:.0f} | {trained_by} |"
         )
     return "\n".join(lines)
 
