@@ -337,6 +337,52 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
     }
 
 
+#: How a logged imagined training episode ended (`transcript_outcomes`), in the order the docs list them.
+OUTCOMES = {
+    "bound_only": "rewarded for acting on what it was shown (0 against the real values)",
+    "both": "rewarded under both rewards",
+    "no_call": "not rewarded: answered without a call",
+    "unusable": "not rewarded: the env role's answer was unusable (episode ended)",
+    "failed": "not rewarded: calls or answer wrong",
+}
+
+
+def transcript_outcomes(out: Path) -> dict[str, int] | None:
+    """Counts of `OUTCOMES` over the training episodes kept in ``out/trajectories/step-*.jsonl``; None where
+    none was kept."""
+    files = sorted((out / "trajectories").glob("step-*.jsonl"))
+    if not files:
+        return None
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for path in files:
+        for _, traj in read_jsonl(path):
+            episode, samples = traj["episode"], traj.get("env_role_samples", [])
+            if episode["reward"] >= 1.0:
+                kind = "bound_only" if episode.get("reward_reference", episode["reward"]) < 1.0 else "both"
+            elif episode["calls_ok"] + episode["calls_failed"] == 0:
+                kind = "no_call"
+            elif any(not s.get("valid", True) for s in samples):
+                kind = "unusable"
+            else:
+                kind = "failed"
+            counts[kind] += 1
+    return counts
+
+
+def transcript_table(results: dict[str, Any]) -> str | None:
+    """How the imagination arms' logged training episodes ended (`OUTCOMES`), pooled over seeds; None where no
+    arm kept transcripts."""
+    rows = {name: r["transcripts"] for name, r in results.items() if r.get("transcripts")}
+    if not rows:
+        return None
+    lines = ["| arm | episodes | " + " | ".join(OUTCOMES.values()) + " |", "|---" * (len(OUTCOMES) + 2) + "|"]
+    for name, counts in rows.items():
+        n = sum(counts.values())
+        cells = [f"{100 * counts[k] / n:.0f}%" for k in OUTCOMES]
+        lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def start_evaluation(
     name: str, start: str, args, seed: int, out: Path, environment: dict[str, Any]
 ) -> dict[str, Any] | None:
@@ -484,8 +530,14 @@ def summarize(
         environments={str(r["seed"]): r.get("environment") for r in runs},
         # the one environment every seed ran in (code, kernels, precision, threads, versions), None if they differ
         environment=common_environment([r.get("environment") for r in runs]),
+        transcripts=_pooled([r.get("transcripts") for r in runs]),
     )
     return out
+
+
+def _pooled(counts: list[dict[str, int] | None]) -> dict[str, int] | None:
+    kept = [c for c in counts if c]
+    return {k: sum(c.get(k, 0) for c in kept) for k in OUTCOMES} if kept else None
 
 
 def common_environment(environments: list[dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -707,6 +759,9 @@ def write_docs(path: str) -> str:
             "learning-cost": cost_table(results),
             "learning-kinds": kind_table(results),
         }
+    transcripts = transcript_table(results)
+    if transcripts is not None:
+        blocks["learning-transcripts"] = transcripts
     for block, body in blocks.items():
         changed = write_block("learning.md", block, body)
         print(f"docs/learning.md: {block} {'rewritten' if changed else 'unchanged'}")
@@ -836,7 +891,10 @@ def report(args, arms: list[str], seeds: list[int], t0: float) -> dict[str, Any]
         for seed in seeds:
             path = out / f"{name}-seed{seed}" / "result.json"
             if path.exists():
-                runs.setdefault(name, []).append(json.loads(path.read_text()))
+                run = json.loads(path.read_text())
+                # what its logged training episodes ended in (--log-trajectories-every), read from the transcripts
+                run["transcripts"] = transcript_outcomes(path.parent) if name in IMAGINED else None
+                runs.setdefault(name, []).append(run)
     start = runs.get("untrained", [])
     results = {n: summarize(n, rs, start, args.eval_split, args.group_size) for n, rs in runs.items()}
     summary = {
@@ -847,6 +905,8 @@ def report(args, arms: list[str], seeds: list[int], t0: float) -> dict[str, Any]
     }
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     text = table(results) + "\n\n" + cost_table(results) + "\n\n" + kind_table(results) if results else ""
+    if results and transcript_table(results):
+        text += "\n\n" + transcript_table(results)
     (out / "table.md").write_text(text + "\n")
     if results:
         plot(results, out / "learning.png", args.group_size)
