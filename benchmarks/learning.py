@@ -80,12 +80,13 @@ from envace_gym.jsonl import read_jsonl
 
 _REF_TARGETS = {"backend": "self", "tool_log": "reference"}  # the earlier setting's imagination recipe
 # The paper's grounding: few-shot real (arguments, result) pairs of the same tool from other train tasks' results
-_LOG = {"backend": "self", "grounding": "log", "tool_log": "reference", "log_targets": False}
+# (the recipe's imagination settings, with the penalty on unusable output at its default for the -penalty arm)
+_LOG = {k: v for k, v in recipe.IMAGINATION.items() if k != "invalid_penalty"}
 ARMS: dict[str, dict[str, Any] | None] = {
     "untrained": None,
     "grpo-real": {"backend": "real"},
     "envace-ref": {"backend": "self", "grounding": "reference"},
-    "envace-log": {**_LOG, "invalid_penalty": 0.0},
+    "envace-log": dict(recipe.IMAGINATION),
     "envace-blind": {"backend": "self", "grounding": "none", "invalid_penalty": 0.0},
     "envace-log-penalty": _LOG,
     "envace-blind-penalty": {"backend": "self", "grounding": "none"},
