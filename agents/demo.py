@@ -8,9 +8,9 @@ The learning benchmark's imagination-only recipe (`envace_gym.agents.recipe`) in
 2. evaluate on held-out ``test-id`` tasks (the train split's phrasings, tasks never trained on) **with the
    real backends** (greedy), and measure the env role's fidelity;
 3. EnvACE training **under imagination** (the recipe's `IMAGINATION` settings): every training tool result
-   is written by the model itself, its env role shown real results of the same tool from other train
-   tasks as examples (each one counted as a logged result), each imagined episode scored by the checklist
-   bound to what it showed, the task reward alone; **no live tool call** (``live_calls`` is counted, and
+   is written by the model itself, its env role shown no real result (the real results shown are counted,
+   and printed: 0), each imagined episode scored by the checklist bound to what it showed, the task reward
+   alone; **no live tool call** (``live_calls`` is counted, and
    printed); the sim-to-real diagnostic replays each imagined episode's actions on the real backend
    (counted apart); per step, how many groups had rewards that differ (the only ones GRPO learns from);
 4. evaluate and measure fidelity again, on the same tasks: the paired per-task difference with its

@@ -7,10 +7,9 @@
   written by `train_warm_adapter`, ``make warm-adapter``), merged at `WARM_SCALE` (chosen on
   ``val``: merged whole it leaves RL almost nothing to learn);
 * **RL** (`RL_SETTINGS`, chosen on ``val``): LoRA updates, 4 tasks x group 8 per step, temperature
-  1.0, 96 new tokens per turn; `imagination_config` is EnvACE under imagination (`IMAGINATION`): the env
-  role shown few-shot real results of the same tool from a log of *other* train tasks (the paper's
-  grounding; each one counted as a logged result), every imagined episode scored by the checklist bound
-  to what it showed, the task reward alone (no penalty on unusable output): no live tool call.
+  1.0, 96 new tokens per turn; `imagination_config` is EnvACE under imagination (`IMAGINATION`, chosen on
+  ``val``): the env role shown no real result, every imagined episode scored by the checklist bound to what
+  it showed, the task reward alone (no penalty on unusable output): no live tool call, no real result.
 """
 
 from __future__ import annotations
@@ -69,16 +68,13 @@ def task_pool(suite: str = "builtin/bank", max_calls: int = 2) -> list:
     return [t for t in tasks if len(t.user_turns) == 1 and len(t.reference_calls) <= max_calls]
 
 
-#: The imagination-only recipe's settings (``envace-log`` in the learning benchmark): the policy imagines
-#: every tool result (prompted), shown up to three real (arguments, result) pairs of the same tool from the
-#: train split's other tasks (never the task's own, no supervised target from them); imagined episodes are
-#: scored by the bound checklist (``imagined_reward="bound"``, the default); the task reward alone trains
-#: both roles (``invalid_penalty=0``).
+#: The imagination-only recipe's settings (``envace-blind`` in the learning benchmark, chosen on ``val`` over
+#: ``envace-log``, whose env role is shown real results of other train tasks): the policy imagines every tool
+#: result (prompted) and is shown no real result at all; imagined episodes are scored by the bound checklist
+#: (``imagined_reward="bound"``, the default); the task reward alone trains both roles (``invalid_penalty=0``).
 IMAGINATION: dict[str, Any] = {
     "backend": "self",
-    "grounding": "log",
-    "tool_log": "reference",
-    "log_targets": False,
+    "grounding": "none",
     "imagined_reward": "bound",
     "invalid_penalty": 0.0,
 }

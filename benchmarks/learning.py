@@ -43,7 +43,7 @@ per-call records. ``results.json`` aggregates them; ``table.md`` and ``learning.
 ``RESULTS.png`` beside it). ``--resume`` keeps finished runs and continues an arm cut short from its newest
 checkpoint (LoRA arms from its adapter file, over the same start).
 
-    python benchmarks/learning.py                                        # the default run
+    python benchmarks/learning.py        # the default run: untrained, grpo-real, envace-blind, envace-blind-penalty
     python benchmarks/learning.py --eval-split val --arms untrained,envace-blind,envace-log --seeds 0  # go/no-go
     python benchmarks/learning.py --full --device cuda --jobs 8          # the GPU setting
 """
@@ -79,15 +79,15 @@ from envace_gym.imagination.prompt import is_result_shaped
 from envace_gym.jsonl import read_jsonl
 
 _REF_TARGETS = {"backend": "self", "tool_log": "reference"}  # the earlier setting's imagination recipe
-# The paper's grounding: few-shot real (arguments, result) pairs of the same tool from other train tasks' results
-# (the recipe's imagination settings, with the penalty on unusable output at its default for the -penalty arm)
-_LOG = {k: v for k, v in recipe.IMAGINATION.items() if k != "invalid_penalty"}
+# The paper's grounding: few-shot real (arguments, result) pairs of the same tool from other train tasks' results,
+# never the task's own and no supervised target from them; the penalty on unusable output at its default (0.1)
+_LOG = {"backend": "self", "grounding": "log", "tool_log": "reference", "log_targets": False}
 ARMS: dict[str, dict[str, Any] | None] = {
     "untrained": None,
     "grpo-real": {"backend": "real"},
     "envace-ref": {"backend": "self", "grounding": "reference"},
-    "envace-log": dict(recipe.IMAGINATION),
-    "envace-blind": {"backend": "self", "grounding": "none", "invalid_penalty": 0.0},
+    "envace-log": {**_LOG, "imagined_reward": "bound", "invalid_penalty": 0.0},
+    "envace-blind": dict(recipe.IMAGINATION),  # the recipe's (chosen on val)
     "envace-log-penalty": _LOG,
     "envace-blind-penalty": {"backend": "self", "grounding": "none"},
     "envace-blind-refreward": {
@@ -133,7 +133,7 @@ DEFAULT = {
     "warm_scale": recipe.WARM_SCALE,
     "warm_steps": 60,
     "seeds": "0,1,2",
-    "arms": "untrained,grpo-real,envace-log,envace-blind",
+    "arms": "untrained,grpo-real,envace-blind,envace-blind-penalty",
 }
 FULL = {  # one GPU: all four domains, more steps and groups
     **DEFAULT,
@@ -742,17 +742,20 @@ def kernel_table(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(path: str) -> str:
+def write_docs(path: str, val_block: str = "learning-val") -> str:
     """Rewrite docs/learning.md's blocks from a kept ``results.json``: a ``val`` run (a go/no-go) writes
-    ``learning-val``; a ``test-id`` run ``learning-key``, ``learning-main``, ``learning-cost`` and
-    ``learning-kinds``. Trains nothing; returns the main table."""
+    ``val_block`` (the page has one per go/no-go); a ``test-id`` run ``learning-key``, ``learning-main``,
+    ``learning-cost`` and ``learning-kinds``. Where the run kept training transcripts, their outcomes go to
+    ``<block>-transcripts`` (``learning-transcripts`` for a ``test-id`` run). Trains nothing; returns the main
+    table."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _docs import write_block
 
     results = json.loads(Path(path).read_text())["arms"]
     text = table(results)
-    if next(iter(results.values()))["split"] == "val":
-        blocks = {"learning-val": text + "\n\n" + cost_table(results) + "\n\n" + kind_table(results)}
+    is_val = next(iter(results.values()))["split"] == "val"
+    if is_val:
+        blocks = {val_block: text + "\n\n" + cost_table(results) + "\n\n" + kind_table(results)}
     else:
         blocks = {
             "learning-key": key_results(results),
@@ -762,7 +765,7 @@ def write_docs(path: str) -> str:
         }
     transcripts = transcript_table(results)
     if transcripts is not None:
-        blocks["learning-transcripts"] = transcripts
+        blocks[f"{val_block if is_val else 'learning'}-transcripts"] = transcripts
     for block, body in blocks.items():
         changed = write_block("learning.md", block, body)
         print(f"docs/learning.md: {block} {'rewritten' if changed else 'unchanged'}")
@@ -789,6 +792,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--write-docs",
         metavar="RESULTS.json",
         help="train nothing: rewrite docs/learning.md's tables from a results file",
+    )
+    parser.add_argument(
+        "--docs-block",
+        default="learning-val",
+        metavar="NAME",
+        help="with --write-docs of a val run: the page's block it writes (one per go/no-go)",
     )
     parser.add_argument(
         "--kernels",
@@ -829,7 +838,7 @@ def _child_argv(args, name: str, seed: int, start: str) -> list[str]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.write_docs:
-        return {"table": write_docs(args.write_docs)}
+        return {"table": write_docs(args.write_docs, args.docs_block)}
     if args.kernels:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from _docs import write_block
