@@ -94,9 +94,6 @@ def clip(text: str, max_chars: int) -> str:
     return text[:max_chars] + f"...[truncated {len(text) - max_chars} chars]"
 
 
-#: The old name of ``info["env_role_samples"]``, kept (the same list) for one release.
-DEPRECATED_SAMPLES_KEY = "rehearsal"
-
 #: How an imagined episode is scored (``ToolCallEnv(imagined_reward=...)``).
 IMAGINED_REWARDS = ("bound", "reference")
 
@@ -255,11 +252,6 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
     #: Task metadata keys a private-rehearsal fork keeps (``task.blind(keep=...)``): only keys that schedule
     #: what the agent is shown, never ground truth (BFCL: ``holdout``, the turn each held-out tool is offered).
     rehearsal_metadata: tuple[str, ...] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "run_calls" in vars(cls):  # the hook's old name: overriding it would now change nothing, silently
-            raise TypeError(f"{cls.__name__}.run_calls: the hook is on_calls(calls, errors, results) now")
 
     def __init__(
         self,
@@ -630,7 +622,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         }
         samples = [r.sample for r in results if r.sample is not None]
         if samples:
-            info["env_role_samples"] = info[DEPRECATED_SAMPLES_KEY] = samples
+            info["env_role_samples"] = samples
         return info
 
     def abort(self, reason: str) -> dict[str, Any]:

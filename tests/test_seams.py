@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -400,24 +401,26 @@ def test_the_trainer_composes_its_envs_as_the_backend_spec_says(backend):
             assert env.policy is (trainer.simulator if backend == "simulator" else policy)
 
 
-def test_the_old_names_still_work_for_one_release_with_a_warning():
+def test_no_deprecated_alias_remains():
+    """0.1.0 was never released: no alias kept "for one release" (no module, name or info key that only
+    forwards to a new one), no DeprecationWarning raised by the package."""
     import importlib
-    import sys
 
-    import envace_gym.imagination.halfstep as halfstep
-
-    for name in [m for m in sys.modules if m == "envace_gym.rehearsal" or m.startswith("envace_gym.rehearsal.")]:
-        del sys.modules[name]  # import it afresh: the warning is given on import
-    with pytest.warns(DeprecationWarning, match="envace_gym.imagination"):
-        old = importlib.import_module("envace_gym.rehearsal")
-    assert old.SelfRehearsalEnv is SelfRehearsalEnv
-    assert importlib.import_module("envace_gym.rehearsal.halfstep") is halfstep
-
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("envace_gym.rehearsal")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in (CORE, ROOT / "agents", ROOT / "envs")
+        for path in sorted(folder.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"DeprecationWarning|DEPRECATED_|for one release|deprecated alias", line)
+    ]
+    assert not offenders, offenders
     env = SelfRehearsalEnv(gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test"), _Echo())
     env.reset(seed=0)
     call = '<tool_call>\n{"name": "get_balance", "arguments": {"account_id": "A-1"}}\n</tool_call>'
     _, _, _, _, info = env.step(call)
-    assert info["env_role_samples"] and info["rehearsal"] is info["env_role_samples"]
+    assert info["env_role_samples"] and "rehearsal" not in info
 
 
 # ---------------------------------------------------------------------------- public Gymnasium API only

@@ -39,7 +39,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -193,12 +193,11 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
-        """Read `to_dict`'s record (or the former flat one, the episode's fields at the top level)."""
+        """Read `to_dict`'s record."""
         data = dict(data)
-        if "episode" in data:
-            episode = EpisodeResult(**data.pop("episode"))
-        else:
-            episode = EpisodeResult(**{f.name: data.pop(f.name) for f in fields(EpisodeResult) if f.name in data})
+        if "episode" not in data:
+            raise ValueError("a trajectory record holds its episode under 'episode' (see Trajectory.to_dict)")
+        episode = EpisodeResult(**data.pop("episode"))
         samples = [EnvRoleSample.from_dict(s) for s in data.pop("env_role_samples", [])]
         traj = cls(episode, env_role_samples=samples, **data)
         if not (len(traj.token_ids) == len(traj.roles) == len(traj.logprobs)):

@@ -24,7 +24,7 @@ context, so an engine that keeps the actor's KV cache computes only the result's
 
 from .backend import ActorContext, ImaginedBackend
 from .fork import DetachedBackend, RehearsalFork
-from .halfstep import answer_model_requests, answer_requests, answer_user_requests, roles_of, step_envs, user_of
+from .halfstep import answer_model_requests, answer_requests, roles_of, step_envs, user_of
 from .prompt import (
     GROUNDINGS,
     SIMULATOR_SYSTEM_PROMPT,
@@ -74,7 +74,6 @@ __all__ = [
     "answer_model_requests",
     "answer_requests",
     "roles_of",
-    "answer_user_requests",
     "user_of",
     "SIMULATOR_SYSTEM_PROMPT",
     "build_simulator_prompt",

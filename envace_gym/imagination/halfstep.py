@@ -42,7 +42,6 @@ __all__ = [
     "LocalEnvs",
     "answer_model_requests",
     "answer_requests",
-    "answer_user_requests",
     "begin_step",
     "half_step_route",
     "imaginer_of",
@@ -158,10 +157,6 @@ def answer_model_requests(
         for i, gen in zip(members, gens, strict=True):
             answers[i] = gen if isinstance(gen, Exception) else roles[i].read(gen)  # type: ignore[union-attr]
     return answers
-
-
-#: The name of `answer_model_requests` when it answered only users.
-answer_user_requests = answer_model_requests
 
 
 def answer_requests(

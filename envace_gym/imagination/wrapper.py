@@ -10,7 +10,6 @@ import gymnasium as gym
 from ..backends.ledger import LEDGER
 from ..backends.replay import ToolLog
 from ..calls import ToolCall
-from ..env import DEPRECATED_SAMPLES_KEY
 from .backend import ImaginedBackend
 from .prompt import format_execution_result
 from .protocol import EnvRoleAnswer, Imaginer, ImagineRequest
@@ -41,8 +40,7 @@ class SelfRehearsalEnv(gym.Wrapper):
     The wrapper configures and never patches: it owns an `ImaginedBackend` and gives it to the env
     for each episode through ``reset(options={"backend": ...})``; the wrapped env's own configuration is
     left as it was (the same env unwrapped still answers with its own backend). ``info["env_role_samples"]``
-    (deprecated alias ``info["rehearsal"]``, the same list) holds the step's
-    `EnvRoleSample` records, so a trainer can treat them as its own RL samples.
+    holds the step's `EnvRoleSample` records, so a trainer can treat them as its own RL samples.
     """
 
     def __init__(
@@ -102,7 +100,6 @@ class SelfRehearsalEnv(gym.Wrapper):
         ``ToolCallEnv.begin_step``); ``info["env_role_samples"]`` always holds the step's env-role samples."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         info.setdefault("env_role_samples", [])
-        info.setdefault(DEPRECATED_SAMPLES_KEY, info["env_role_samples"])
         return obs, reward, terminated, truncated, info
 
 
