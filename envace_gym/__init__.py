@@ -15,7 +15,7 @@ from .backends import (
     tool,
 )
 from .calls import CallError, ErrorCode, ParsedAction, ToolCall, format_calls, parse_calls
-from .compose import env_role_for, make_env, rehearse
+from .compose import env_role_for, make_env
 from .env import ToolCallEnv
 from .imagination import EnvRoleSample, ImagineRequest, SelfRehearsalEnv
 from .recording import ReferenceCallError, ReferenceRecorder
@@ -47,7 +47,6 @@ __all__ = [
     "ToolCallVectorEnv",
     "make_env",
     "env_role_for",
-    "rehearse",
     "SelfRehearsalEnv",
     "ImagineRequest",
     "EnvRoleSample",

@@ -18,6 +18,7 @@ from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.backends import BackendCopyError, BackendSpec, make_backend
 from envace_gym.backends.mcp import MCPBackend
 from envace_gym.backends.spec import IMAGINED_KINDS, SELF_KINDS
+from envace_gym.compose import env_role_for
 from envace_gym.imagination import RealResultImaginer
 from envace_gym.rewards import register_reward_basis, reward_bases
 
@@ -218,12 +219,14 @@ class _Echo:
 def test_make_env_composes_an_imagined_backend_over_the_real_one(backend):
     spec = parse_backend_spec(backend)
     env = envace_gym.make_env(
-        "EnvACE-ToolCall-v0", backend=backend, imaginer=_Echo(), rehearsal={"on_invalid": "error_observation"}
+        "EnvACE-ToolCall-v0", backend=backend, imaginer=_Echo(), imagination={"on_invalid": "error_observation"}
     )
     assert isinstance(env, SelfRehearsalEnv) and env.mode == spec.imagination_mode
     assert env.on_invalid == "error_observation" and env.unwrapped.backend_spec == "real"
-    wrapped = envace_gym.rehearse(gym.make("EnvACE-ToolCall-v0"), spec, _Echo())
+    built = gym.make("EnvACE-ToolCall-v0")  # an env already built: make_env only composes it
+    wrapped = envace_gym.make_env(built, backend=spec, imaginer=_Echo(), imagination={"grounding": "none"})
     assert isinstance(wrapped, SelfRehearsalEnv) and wrapped.mode == spec.imagination_mode
+    assert wrapped.env is built and wrapped.imagined.grounding == "none"
 
 
 def test_make_env_leaves_a_real_backend_unwrapped_and_refuses_a_missing_or_stray_imaginer():
@@ -233,13 +236,15 @@ def test_make_env_leaves_a_real_backend_unwrapped_and_refuses_a_missing_or_stray
     factory = lambda task: make_backend(task.backend)  # noqa: E731  (a per-task backend, passed as is)
     assert envace_gym.make_env(backend=factory).unwrapped.backend_spec is factory
     plain = gym.make("EnvACE-ToolCall-v0")
-    assert envace_gym.rehearse(plain, "real") is plain
+    assert envace_gym.make_env(plain, backend="real") is envace_gym.make_env(plain) is plain
     with pytest.raises(ValueError, match="pass imaginer="):
         envace_gym.make_env(backend="self-inline")
     with pytest.raises(ValueError, match="apply only to backend="):
         envace_gym.make_env(backend="real", imaginer=_Echo())
     with pytest.raises(ValueError, match="apply only to backend="):
-        envace_gym.rehearse(plain, "real", rehearsal_kwarg=1)
+        envace_gym.make_env(plain, backend="real", imagination={"grounding": "none"})
+    with pytest.raises(ValueError, match="an env already built takes none"):
+        envace_gym.make_env(plain, suite="builtin/bank")
 
 
 @pytest.mark.parametrize(
@@ -248,14 +253,15 @@ def test_make_env_leaves_a_real_backend_unwrapped_and_refuses_a_missing_or_stray
 )
 def test_one_function_decides_who_plays_the_env_role(backend, plays):
     policy, simulator = _Echo(), _Echo()
-    chosen = envace_gym.env_role_for(backend, policy=policy, simulator=simulator)
+    chosen = env_role_for(backend, policy=policy, simulator=simulator)
     assert chosen is {"policy": policy, "simulator": simulator, None: None}[plays]
     if plays is not None:
         with pytest.raises(ValueError, match=f"needs {plays}="):
-            envace_gym.env_role_for(backend, **{"policy" if plays == "simulator" else "simulator": _Echo()})
+            env_role_for(backend, **{"policy" if plays == "simulator" else "simulator": _Echo()})
         env = envace_gym.make_env(backend=backend, policy=policy, simulator=simulator)  # make_env asks it too
         assert env.get_wrapper_attr("imaginer") is chosen
-    assert not isinstance(envace_gym.rehearse(gym.make("EnvACE-ToolCall-v0"), "real", policy=policy), SelfRehearsalEnv)
+    built = envace_gym.make_env(gym.make("EnvACE-ToolCall-v0"), backend="real", policy=policy)
+    assert not isinstance(built, SelfRehearsalEnv)
 
 
 def test_the_evaluation_order_is_seeded_balanced_and_covers_every_task_first():

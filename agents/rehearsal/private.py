@@ -73,7 +73,7 @@ from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNot
 from envace_gym.agents.rollout.loop import Trajectory, collect
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import parse_calls, tool_calls_to_openai, tool_names_of
-from envace_gym.compose import rehearse
+from envace_gym.compose import make_env
 from envace_gym.imagination import Imaginer, RehearsalFork
 
 from .memory import (
@@ -429,7 +429,8 @@ class PrivateRehearsal(PolicyHooks):
     def _play(self, forks: Sequence[RehearsalFork], memos: Sequence[str | None]) -> list[Trajectory]:
         """One rehearsal on each fork (all in one ``collect`` call); ``memos[j]``: the note fork j's actor sees."""
         backend = BackendSpec.self_imagined_as(self.env_role_mode)
-        envs = [rehearse(fork.sibling(), backend, self.imaginer, grounding="none", on_invalid="end") for fork in forks]
+        blind = {"grounding": "none", "on_invalid": "end"}
+        envs = [make_env(fork.sibling(), backend=backend, imaginer=self.imaginer, imagination=blind) for fork in forks]
         self._round += 1
         seed = self.seed + 1000 * self._round
         notes = {id(env): memo for env, memo in zip(envs, memos, strict=True)}
