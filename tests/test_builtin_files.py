@@ -195,7 +195,7 @@ def test_domain_errors_roll_back_through_the_backend(backend):
 
 
 def test_registered_backend_name():
-    b = envace_gym.make_backend("builtin/files")
+    b = envace_gym.backends.make_backend("builtin/files")
     assert {s.name for s in b.tools} >= {"find", "move", "read_file"}
 
 

@@ -268,7 +268,7 @@ def test_fidelity_report_plays_the_tasks_it_is_given():
         fidelity_report(factory, {"perfect": LateBound()}, 1, progress=False, task_ids=["bank-test-0000"])
 
 
-SPEC = envace_gym.ToolSpec(
+SPEC = envace_gym.tools.ToolSpec(
     "get_balance",
     returns={"type": "object", "properties": {"balance": {"type": "number"}}, "required": ["balance"]},
 )

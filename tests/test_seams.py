@@ -13,9 +13,9 @@ import gymnasium as gym
 import pytest
 
 import envace_gym
-from envace_gym import SelfRehearsalEnv, Task, ToolCall, format_calls, parse_backend_spec
+from envace_gym import SelfRehearsalEnv, Task, ToolCall, format_calls
 from envace_gym.agents.scripted import OraclePolicy
-from envace_gym.backends import BackendCopyError, BackendSpec, make_backend
+from envace_gym.backends import BackendCopyError, BackendSpec, make_backend, parse_backend_spec
 from envace_gym.backends.mcp import MCPBackend
 from envace_gym.backends.spec import IMAGINED_KINDS, SELF_KINDS
 from envace_gym.compose import env_role_for
@@ -45,7 +45,7 @@ def _first_mutating_task(domain: str) -> Task:
 
 
 # ---------------------------------------------------------------------------- fork
-@pytest.mark.parametrize("domain", envace_gym.BUILTIN_DOMAINS)
+@pytest.mark.parametrize("domain", envace_gym.registration.BUILTIN_DOMAINS)
 def test_fork_is_independent_both_ways(domain):
     task = _first_mutating_task(domain)
     env = gym.make("EnvACE-ToolCall-v0", suite=f"builtin/{domain}", split="test")
@@ -148,7 +148,7 @@ def test_a_registered_reward_basis_scores():
 
 
 def test_an_unregistered_basis_is_refused_when_the_task_is_built():
-    with pytest.raises(envace_gym.TaskFormatError, match="no_such_basis"):
+    with pytest.raises(envace_gym.tasks.TaskFormatError, match="no_such_basis"):
         Task(id="x", user_turns=("hi",), reward=("no_such_basis",))
 
 
@@ -271,7 +271,7 @@ def test_the_evaluation_order_is_seeded_balanced_and_covers_every_task_first():
     assert [t.id for t in pool.episode_order(seed=3)] == [t.id for t in order]
     assert [t.id for t in pool.episode_order(seed=4)] != [t.id for t in order]
     prefix = [t.domain for t in order[:8]]
-    assert all(prefix.count(d) == 2 for d in envace_gym.BUILTIN_DOMAINS)  # any prefix is balanced
+    assert all(prefix.count(d) == 2 for d in envace_gym.registration.BUILTIN_DOMAINS)  # any prefix is balanced
     assert len(pool.episode_order(len(pool) + 5, seed=3)) == len(pool) + 5
 
 
@@ -286,6 +286,46 @@ def test_the_env_counts_valid_and_invalid_calls():
     _, _, _, _, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-0000"})]))
     assert info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR"
     assert info["call_counts"] == {"ok": 2, "failed": 3}
+
+
+# ---------------------------------------------------------------------------- a small public surface
+#: The top level: what a user of the envs writes (the envs and the one composition function, tasks and
+#: suites, tools, calls and the registries). Everything else is imported from its own module.
+TOP_LEVEL = {
+    *("ToolCallEnv", "ToolCallVectorEnv", "SelfRehearsalEnv", "make_env"),
+    *("Task", "TaskSuite", "RefCall", "RefTurn", "load_suite", "register_suite"),
+    *("Toolkit", "tool", "register_backend", "register_reward_basis", "ToolCall", "format_calls"),
+}
+
+
+def _bound_at_top(path: Path) -> set[str]:
+    """The names ``path``'s module statements bind (imports, definitions, assignments)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_the_top_level_is_the_agreed_list_and_re_exports_nothing_else():
+    import types
+
+    assert len(envace_gym.__all__) == len(TOP_LEVEL) and set(envace_gym.__all__) == TOP_LEVEL
+    public = {n for n in _bound_at_top(CORE / "__init__.py") if not n.startswith("_")}
+    assert public == TOP_LEVEL  # each name of __all__ is defined or imported there, and no other public one
+    assert all(getattr(envace_gym, n) is not None for n in TOP_LEVEL)
+    # At run time too: besides __all__, only submodules (envace_gym.backends, ...) are public attributes.
+    others = {n for n, v in vars(envace_gym).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
+    assert others == TOP_LEVEL
+    for gone in ("rehearse", "env_role_for", "parse_backend_spec", "BUILTIN_DOMAINS", "ImagineRequest"):
+        assert not hasattr(envace_gym, gone)
 
 
 # ---------------------------------------------------------------------------- layering
