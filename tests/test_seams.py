@@ -449,11 +449,19 @@ def test_the_trainer_composes_its_envs_as_the_backend_spec_says(backend):
 
 def test_no_deprecated_alias_remains():
     """0.1.0 was never released: no alias kept "for one release" (no module, name or info key that only
-    forwards to a new one), no DeprecationWarning raised by the package."""
+    forwards to a new one), no DeprecationWarning raised by the package. ``envace_gym.rehearsal`` is
+    test-time rehearsal's own package, no longer an alias of the env role's (``envace_gym.imagination``)."""
     import importlib
 
-    with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("envace_gym.rehearsal")
+    import envace_gym.imagination as imagination
+    import envace_gym.rehearsal as rehearsal
+
+    assert sorted(rehearsal.__all__) == ["DetachedBackend", "ImaginedUser", "RehearsalFork"]
+    forwarded = {n for n, v in vars(imagination).items() if not n.startswith("_") and vars(rehearsal).get(n) is v}
+    assert forwarded == set()  # nothing of the env role's package is re-exported
+    for module in ("backend", "halfstep", "prompt", "protocol", "wrapper"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"envace_gym.rehearsal.{module}")
     offenders = [
         f"{path.relative_to(ROOT)}:{n}"
         for folder in (CORE, ROOT / "agents", ROOT / "envs")

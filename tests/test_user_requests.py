@@ -14,8 +14,9 @@ from envace_gym.agents.rollout import collect
 from envace_gym.env import ToolCallEnv
 from envace_gym.envs.tau2.env import Tau2Env
 from envace_gym.envs.tau2.users import LMUser
-from envace_gym.imagination import ImaginedUser, JudgeRequest, UserRequest, roles_of, user_of
+from envace_gym.imagination import JudgeRequest, UserRequest, roles_of, user_of
 from envace_gym.imagination.halfstep import begin_step
+from envace_gym.rehearsal import ImaginedUser
 
 TASK = "mock-update_task_1"
 

@@ -74,7 +74,8 @@ from envace_gym.agents.rollout.loop import Trajectory, collect
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import parse_calls, tool_calls_to_openai, tool_names_of
 from envace_gym.compose import make_env
-from envace_gym.imagination import Imaginer, RehearsalFork
+from envace_gym.imagination import Imaginer
+from envace_gym.rehearsal import RehearsalFork
 
 from .memory import (
     MEMORY_HEADER,

@@ -13,17 +13,12 @@
 * `halfstep`: `step_envs`: envs that step at the same time, their steps run as half-steps
   (``ToolCallEnv.begin_step``), send their env-role requests as one batch per round, with no thread (used by
   `envace_gym.vector`, the rollout loop and the fidelity report).
-* `fork`: `RehearsalFork`, a private, reference-free replay of a live episode from its current
-  state (what test-time private rehearsal plays, wrapped in `SelfRehearsalEnv`).
-* `user`: `ImaginedUser`, the rehearsing policy playing the user where the user is part of the
-  world (tau2's rehearsal forks use it instead of the scenario-reading user simulator).
 
 ``mode="inline"`` (beyond the paper) lets the policy write the ``tool`` message inside the actor's own
 context, so an engine that keeps the actor's KV cache computes only the result's tokens.
 """
 
 from .backend import ActorContext, ImaginedBackend
-from .fork import DetachedBackend, RehearsalFork
 from .halfstep import answer_model_requests, answer_requests, roles_of, step_envs, user_of
 from .prompt import (
     GROUNDINGS,
@@ -46,7 +41,6 @@ from .protocol import (
     ModelUser,
     UserRequest,
 )
-from .user import ImaginedUser
 from .wrapper import ON_INVALID, RealResultImaginer, SelfRehearsalEnv
 
 __all__ = [
@@ -63,9 +57,6 @@ __all__ = [
     "ImaginedBackend",
     "SelfRehearsalEnv",
     "RealResultImaginer",
-    "RehearsalFork",
-    "DetachedBackend",
-    "ImaginedUser",
     "JudgeRequest",
     "ModelRole",
     "ModelUser",
