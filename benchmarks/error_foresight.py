@@ -9,7 +9,7 @@ split designs are chosen on) whose first reference call names an ``account_id``,
 * the same call on an account the task's state does not hold (it fails for real: the rehearsal's guessed id).
 
 Each runs on the task's real backend (the truth: a result or an error) and is imagined by each policy's env
-role as a rehearsal imagines it: the simulator prompt over the blind task (``task.blind()``), no reference
+role as a rehearsal imagines it: the env-role prompt over the blind task (``task.blind()``), no reference
 examples (``grounding="none"``), after the user's message and the call; greedy. Printed: per policy, how
 often the env role imagines an error where the real call fails and where it succeeds, and how many answers
 were no result at all. Nothing here is trained.

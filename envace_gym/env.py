@@ -245,7 +245,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
 
     #: Attributes that `fork` shares with the copy instead of copying (large and never mutated by an
     #: episode; ``spec``, gym.make's, holds the make kwargs, a whole task list among them). A subclass adds its
-    #: own (a user simulator holding a model, say).
+    #: own (a user played by a model, say).
     fork_shared: tuple[str, ...] = (
         "suite", "pool", "task", "backend_spec", "observation_space", "action_space", "spec",
     )  # fmt: skip

@@ -127,7 +127,7 @@ def fidelity_report(
     """Compare each imaginer's results with the real ones on ``episodes`` oracle episodes with tool calls.
 
     ``imaginers`` maps a backend name to an imaginer (prompted mode) or to ``(imaginer, mode)``.
-    ``grounding="none"`` withholds the reference examples from the simulator prompt (a harder test: with
+    ``grounding="none"`` withholds the reference examples from the env-role prompt (a harder test: with
     reference grounding the real result of a reference call is among the examples; inline mode never
     shows examples). An imaginer with ``imagine_batch`` (an ``LMPolicy``) answers ``batch_size`` episodes
     at a time, in batches. The tasks are a ``seed``-shuffle of the env's pool (its split), or ``task_ids``

@@ -184,7 +184,7 @@ def make_rollout_func(
     Args:
         env_id: a registered envace-gym env id.
         backend: ``real`` or any backend string the env takes (``replay:PATH``, ``mcp:...``), or ``self`` /
-            ``self-inline``: the trainer's model imagines every tool result (from a simulator prompt, or in its
+            ``self-inline``: the trainer's model imagines every tool result (from an env-role prompt, or in its
             own context).
         train_env_role: (``self-inline``) put the env role's tokens in ``env_mask`` too, so TRL trains them with
             the episode's advantage: EnvACE's joint objective with TRL's grouping by prompt.

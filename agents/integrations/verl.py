@@ -172,7 +172,7 @@ class EnvACEAgentLoop(AgentLoopBase):
     Args:
         env_id: a registered envace-gym env id.
         backend: ``real``, ``replay:PATH``, ``cache:PATH``, ``mcp:...``, or ``self`` / ``self-inline``: the
-            served model imagines every tool result (from a simulator prompt, or in its own context).
+            served model imagines every tool result (from an env-role prompt, or in its own context).
         env_kwargs: ``gym.make``'s kwargs (``suite``, ``split``, ``max_turns``, ...); a row's ``suite``
             overrides the suite.
         max_new_tokens: tokens per generated turn at most (``rollout.response_length`` bounds the episode).

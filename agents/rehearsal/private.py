@@ -147,12 +147,12 @@ class PrivateRehearsal(PolicyHooks):
             characters a token).
         imaginer: who imagines tool results in rehearsal (anything with ``imagine(request)``); default: the
             policy itself (world rehearsal). Required for a text policy.
-        user: who plays the user in rehearsal where the user is part of the world (tau2, whose simulator
+        user: who plays the user in rehearsal where the user is part of the world (tau2, whose user model
             reads the task's scenario): anything with ``act(messages, tools)``, shown only the conversation
             the agent saw (see `ImaginedUser`); default: the policy itself (an
             LM policy). Its tokens count in ``rehearsal_tokens`` (and ``user_tokens``). Envs with scripted
             user turns do not use it.
-        env_role_mode: ``"prompted"`` (the paper's simulator prompt) or ``"inline"``.
+        env_role_mode: ``"prompted"`` (the paper's env-role prompt) or ``"inline"``.
         temperature: the actor's sampling temperature in rehearsal (rehearsals differ only if it is above 0);
             the env role answers with the policy's own sampling.
         each_user_turn: rehearse again before each later user turn of a multi-turn task (memory mode; select

@@ -12,7 +12,7 @@ of the committed episode:
 2. the draft is parsed as the env parses it (``parse_calls``, at most the env's ``max_calls_per_step``
    calls). Each call that is **state-changing** (`is_read_only`) and passes the deterministic checks
    (a call they reject changes nothing and the env reports it anyway) is predicted by the env role, from
-   the request an `ImaginedBackend` builds for it (the prompted simulator
+   the request an `ImaginedBackend` builds for it (the prompted env-role
    prompt, exactly as an imagined call of the env is asked, over the task made blind and without
    reference examples: nothing of the reference reaches it). Each call is predicted from the conversation
    up to and including the draft, without the results of the draft's other calls (they have not run).

@@ -315,7 +315,7 @@ class EnvACETrainer:
             self.policy,
             budget=cfg.rehearsal_budget,
             mode="parallel",
-            # The committed episodes' imagination mode (real tools: the simulator prompt).
+            # The committed episodes' imagination mode (real tools: the env-role prompt).
             env_role_mode=parse_backend_spec(cfg.backend).imagination_mode or "prompted",
             seed=seed + 31,
             sampling=sampling,

@@ -104,7 +104,7 @@ class SFTExample:
 
 
 class _Recorder(RealResultImaginer):
-    """The perfect env role, keeping (simulator prompt, real answer) pairs as env-role targets."""
+    """The perfect env role, keeping (env-role prompt, real answer) pairs as env-role targets."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -133,7 +133,7 @@ def build_sft_examples(
     """Play the oracle through ``env`` (real results) on its task pool and encode what each role learns.
 
     ``actor``: each whole episode, loss on the assistant's tokens. ``env_role``: for every call, the
-    prompted-mode simulator prompt at that point of the episode, with the real result (in
+    prompted-mode env-role prompt at that point of the episode, with the real result (in
     ``<execution_result>`` form) as the target; and the inline form: in the episode's conversation, the
     tool messages' contents are targets too.
     """

@@ -1,9 +1,15 @@
-"""World rehearsal: tool results imagined by the policy itself, in its environment role.
+"""Imagination: tool results imagined instead of executed, written by the env role (the policy itself, or a
+separate model under the ``simulator`` backend).
+
+One vocabulary here: an *imagined* result comes from an *imaginer* (whoever plays the env role, anything with
+``imagine(ImagineRequest)``); the *env role* is the model that answers. Training with the policy as its own
+env role is EnvACE's world rehearsal (``SelfRehearsalEnv`` keeps the method's name); test-time private
+rehearsal's blocks are in `envace_gym.rehearsal`.
 
 * `protocol`: `ImagineRequest` (what the env role is asked) and `EnvRoleSample` (what
   one answer leaves for training). The wrapper needs only an object with ``imagine(ImagineRequest)``: the
   core never imports the agents package.
-* `prompt`: the prompted-mode simulator prompt (EnvACE's reference behaviour: candidate tool
+* `prompt`: the prompted-mode env-role prompt (EnvACE's reference behaviour: candidate tool
   schemas, few-shot (arguments, result) pairs from the task's reference trajectory, the conversation so
   far, the actor's raw last message, the current tool's name, schema and arguments) and the parsers of
   ``<execution_result>`` (prompted) and bare-JSON (inline) answers.
@@ -21,9 +27,9 @@ context, so an engine that keeps the actor's KV cache computes only the result's
 from .backend import ActorContext, ImaginedBackend
 from .halfstep import answer_model_requests, answer_requests, roles_of, step_envs, user_of
 from .prompt import (
+    ENV_ROLE_SYSTEM_PROMPT,
     GROUNDINGS,
-    SIMULATOR_SYSTEM_PROMPT,
-    build_simulator_prompt,
+    build_env_role_prompt,
     format_execution_result,
     parse_execution_result,
     parse_inline_result,
@@ -66,8 +72,8 @@ __all__ = [
     "answer_requests",
     "roles_of",
     "user_of",
-    "SIMULATOR_SYSTEM_PROMPT",
-    "build_simulator_prompt",
+    "ENV_ROLE_SYSTEM_PROMPT",
+    "build_env_role_prompt",
     "parse_execution_result",
     "parse_inline_result",
     "format_execution_result",

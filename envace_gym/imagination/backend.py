@@ -19,7 +19,7 @@ from .fidelity import result_fidelity
 from .prompt import (
     GROUNDINGS,
     MAX_EXAMPLES,
-    build_simulator_prompt,
+    build_env_role_prompt,
     format_execution_result,
     parse_execution_result,
     parse_inline_result,
@@ -53,7 +53,7 @@ class ImaginedBackend:
 
     Args:
         imaginer: who answers (``imagine(ImagineRequest)``); replaceable, e.g. by a batching imaginer.
-        mode: ``"prompted"`` (a simulator prompt per call) or ``"inline"`` (the actor's own context).
+        mode: ``"prompted"`` (an env-role prompt per call) or ``"inline"`` (the actor's own context).
         grounding: prompted mode's few-shot examples (`GROUNDINGS`):
             ``"reference"`` (the task's own reference results), ``"log"`` (other tasks' results from ``log``;
             the log is then never looked up for this task's own results: no fidelity score, no target) or
@@ -283,7 +283,7 @@ class ImaginedBackend:
             examples = self._examples(call)
             if examples:
                 LEDGER.record("logged", len(examples))  # real results shown to the env role: counted
-            prompt = build_simulator_prompt(
+            prompt = build_env_role_prompt(
                 self.task, call, self._messages, self.tools, self.grounding, examples=examples
             )
             return ImagineRequest(prompt, call.name, call.arguments)

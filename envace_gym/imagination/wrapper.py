@@ -25,7 +25,7 @@ class SelfRehearsalEnv(gym.Wrapper):
     Args:
         env: a ``ToolCallEnv`` (or a wrapper around one).
         policy: anything with ``imagine(ImagineRequest)``, e.g. ``envace_gym.agents.LMPolicy``.
-        mode: ``"prompted"`` (a fresh simulator prompt per call, the paper's setting) or ``"inline"`` (the
+        mode: ``"prompted"`` (a fresh env-role prompt per call, the paper's setting) or ``"inline"`` (the
             result is written as the tool message in the actor's own context; the rollout loop, which
             holds that context, hands it over with each request of its half-step, so the actor's KV cache
             is reused and only the result's tokens are computed). ``grounding`` applies to prompted mode only.
@@ -104,7 +104,7 @@ class SelfRehearsalEnv(gym.Wrapper):
 
 
 class RealResultImaginer:
-    """An env role that answers with what the real backend returns: a perfect simulator.
+    """An env role that answers with what the real backend returns: a perfect world model.
 
     It keeps a shadow real backend in step with the episode. Uses: the interchangeability check (an
     imagined run must then equal the real run), and targets for warm-starting the env role. Each answer
