@@ -444,7 +444,7 @@ def test_the_trainer_composes_its_envs_as_the_backend_spec_says(backend):
         assert isinstance(env, SelfRehearsalEnv) == (mode is not None)
         if mode is not None:
             assert env.mode == mode
-            assert env.policy is (trainer.simulator if backend == "simulator" else policy)
+            assert env.imaginer is (trainer.simulator if backend == "simulator" else policy)
 
 
 def test_no_deprecated_alias_remains():

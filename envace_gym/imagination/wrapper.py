@@ -24,7 +24,8 @@ class SelfRehearsalEnv(gym.Wrapper):
 
     Args:
         env: a ``ToolCallEnv`` (or a wrapper around one).
-        policy: anything with ``imagine(ImagineRequest)``, e.g. ``envace_gym.agents.LMPolicy``.
+        policy: the env role, anything with ``imagine(ImagineRequest)``, e.g. ``envace_gym.agents.LMPolicy``
+            (read back as `imaginer`).
         mode: ``"prompted"`` (a fresh env-role prompt per call, the paper's setting) or ``"inline"`` (the
             result is written as the tool message in the actor's own context; the rollout loop, which
             holds that context, hands it over with each request of its half-step, so the actor's KV cache
@@ -58,7 +59,7 @@ class SelfRehearsalEnv(gym.Wrapper):
         super().__init__(env)
         if on_invalid not in ON_INVALID:
             raise ValueError(f"on_invalid must be one of {ON_INVALID}, got {on_invalid!r}")
-        self.policy, self.mode, self.on_invalid = policy, mode, on_invalid
+        self.mode, self.on_invalid = mode, on_invalid  # the env role: `imaginer`
         # ImaginedBackend checks mode and grounding.
         base = env.unwrapped
         # An inline result becomes the message verbatim, so it must fit without the env clipping it.
