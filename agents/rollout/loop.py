@@ -321,7 +321,7 @@ def _hook(actor: Any, name: str) -> Callable[..., list] | None:
 
 
 def _imaginer(env: gym.Env | RemoteEnv, group: EnvGroup, index: int, lm: LMPolicy | None) -> Imaginer | None:
-    """Who answers env ``index``'s env-role requests in the loop: its own rehearsal wrapper's imaginer (in this
+    """Who answers env ``index``'s env-role requests in the loop: its own imagination wrapper's imaginer (in this
     process), or the LM policy for a worker's whose imaginer is a copy of that policy (its ``name``); None
     where nothing is imagined, or a worker's env role answers in its own process."""
     if isinstance(group, RemoteEnvs):

@@ -110,7 +110,7 @@ def begin_step(env: gym.Env, action: object) -> PendingStep:
 
 
 def imaginer_of(env: gym.Env) -> Imaginer | None:
-    """The env role of ``env``'s rehearsal wrapper (reached through any outer wrappers), or None."""
+    """The env role of ``env``'s imagination wrapper (reached through any outer wrappers), or None."""
     return env.get_wrapper_attr("imaginer") if env.has_wrapper_attr("imaginer") else None
 
 
