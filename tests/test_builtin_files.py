@@ -358,7 +358,7 @@ def test_a_wrong_copy_content_fails_state_match(train):
         assert b.execute(c).ok
     reward, parts = score_episode(
         task,
-        EpisodeRecord(calls[:-1] + [sloppy], answers, b.state_hash()),
+        EpisodeRecord(calls[:-1] + [sloppy], turn_answers=answers, final_state_hash=b.state_hash()),
         expected_state_hash=lambda: _reference_hash(task),
     )
     assert parts == {"call_match": 1.0, "state_match": 0.0} and reward == 0.0
