@@ -74,7 +74,7 @@ KERNEL_TESTS := tests/test_envace_trainer.py tests/test_envace_accelerate.py tes
 	tests/test_gpu_check.py tests/test_sft.py tests/test_rehearsal_training.py tests/test_trl.py \
 	tests/test_budgets.py tests/test_private_rehearsal.py tests/test_rehearsal.py tests/test_rollout_golden.py \
 	tests/test_lm.py tests/test_checkpoint.py tests/test_batching.py tests/test_inline.py tests/test_provenance.py \
-	tests/test_accounting.py tests/test_quiet.py tests/test_tool_log.py
+	tests/test_accounting.py tests/test_quiet.py tests/test_tool_log.py tests/test_grounding.py
 
 test-kernels: setup
 	ATEN_CPU_CAPABILITY=default HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto --dist worksteal $(KERNEL_TESTS)

@@ -7,8 +7,9 @@
   written by `train_warm_adapter`, ``make warm-adapter``), merged at `WARM_SCALE` (chosen on
   ``val``: merged whole it leaves RL almost nothing to learn);
 * **RL** (`RL_SETTINGS`, chosen on ``val``): LoRA updates, 4 tasks x group 8 per step, temperature
-  1.0, 96 new tokens per turn; `imagination_config` is EnvACE under imagination, the env role shown
-  the task's reference results as few-shot examples (the paper's grounding): no live tool call.
+  1.0, 96 new tokens per turn; `imagination_config` is EnvACE under imagination (`IMAGINATION`, chosen on
+  ``val``): the env role shown no real result, every imagined episode scored by the checklist bound to what
+  it showed, the task reward alone (no penalty on unusable output): no live tool call, no real result.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "WARM_ADAPTER",
     "WARM_SCALE",
     "task_pool",
+    "IMAGINATION",
     "imagination_config",
     "load_warm_adapter",
     "train_warm_adapter",
@@ -66,12 +68,21 @@ def task_pool(suite: str = "builtin/bank", max_calls: int = 2) -> list:
     return [t for t in tasks if len(t.user_turns) == 1 and len(t.reference_calls) <= max_calls]
 
 
+#: The imagination-only recipe's settings (``envace-blind`` in the learning benchmark, chosen on ``val`` over
+#: ``envace-log``, whose env role is shown real results of other train tasks): the policy imagines every tool
+#: result (prompted) and is shown no real result at all; imagined episodes are scored by the bound checklist
+#: (``imagined_reward="bound"``, the default); the task reward alone trains both roles (``invalid_penalty=0``).
+IMAGINATION: dict[str, Any] = {
+    "backend": "self",
+    "grounding": "none",
+    "imagined_reward": "bound",
+    "invalid_penalty": 0.0,
+}
+
+
 def imagination_config(**overrides: Any) -> EnvACEConfig:
-    """The imagination-only recipe (`RL_SETTINGS`): EnvACE with the policy imagining every tool result
-    (prompted, shown the task's reference results as few-shot examples), both roles trained by the task
-    reward; no live tool call."""
-    base: dict[str, Any] = {**RL_SETTINGS, "backend": "self", "grounding": "reference"}
-    return EnvACEConfig(**{**base, **overrides})
+    """The imagination-only recipe: `RL_SETTINGS` with `IMAGINATION`; no live tool call."""
+    return EnvACEConfig(**{**RL_SETTINGS, **IMAGINATION, **overrides})
 
 
 def load_warm_adapter(policy: LMPolicy, path: str | Path = WARM_ADAPTER, scale: float = 1.0) -> LMPolicy:

@@ -43,7 +43,7 @@ per-call records. ``results.json`` aggregates them; ``table.md`` and ``learning.
 ``RESULTS.png`` beside it). ``--resume`` keeps finished runs and continues an arm cut short from its newest
 checkpoint (LoRA arms from its adapter file, over the same start).
 
-    python benchmarks/learning.py                                        # the default run
+    python benchmarks/learning.py        # the default run: untrained, grpo-real, envace-blind, envace-blind-penalty
     python benchmarks/learning.py --eval-split val --arms untrained,envace-blind,envace-log --seeds 0  # go/no-go
     python benchmarks/learning.py --full --device cuda --jobs 8          # the GPU setting
 """
@@ -79,14 +79,15 @@ from envace_gym.imagination.prompt import is_result_shaped
 from envace_gym.jsonl import read_jsonl
 
 _REF_TARGETS = {"backend": "self", "tool_log": "reference"}  # the earlier setting's imagination recipe
-# The paper's grounding: few-shot real (arguments, result) pairs of the same tool from other train tasks' results
+# The paper's grounding: few-shot real (arguments, result) pairs of the same tool from other train tasks' results,
+# never the task's own and no supervised target from them; the penalty on unusable output at its default (0.1)
 _LOG = {"backend": "self", "grounding": "log", "tool_log": "reference", "log_targets": False}
 ARMS: dict[str, dict[str, Any] | None] = {
     "untrained": None,
     "grpo-real": {"backend": "real"},
     "envace-ref": {"backend": "self", "grounding": "reference"},
-    "envace-log": {**_LOG, "invalid_penalty": 0.0},
-    "envace-blind": {"backend": "self", "grounding": "none", "invalid_penalty": 0.0},
+    "envace-log": {**_LOG, "imagined_reward": "bound", "invalid_penalty": 0.0},
+    "envace-blind": dict(recipe.IMAGINATION),  # the recipe's (chosen on val)
     "envace-log-penalty": _LOG,
     "envace-blind-penalty": {"backend": "self", "grounding": "none"},
     "envace-blind-refreward": {
@@ -132,7 +133,7 @@ DEFAULT = {
     "warm_scale": recipe.WARM_SCALE,
     "warm_steps": 60,
     "seeds": "0,1,2",
-    "arms": "untrained,grpo-real,envace-log,envace-blind",
+    "arms": "untrained,grpo-real,envace-blind,envace-blind-penalty",
 }
 FULL = {  # one GPU: all four domains, more steps and groups
     **DEFAULT,
@@ -337,6 +338,52 @@ def run_arm(name: str, start: str, args, seed: int) -> dict[str, Any]:
     }
 
 
+#: How a logged imagined training episode ended (`transcript_outcomes`), in the order the docs list them.
+OUTCOMES = {
+    "bound_only": "rewarded for acting on what it was shown (0 against the real values)",
+    "both": "rewarded under both rewards",
+    "no_call": "not rewarded: answered without a call",
+    "unusable": "not rewarded: the env role's answer was unusable (episode ended)",
+    "failed": "not rewarded: calls or answer wrong",
+}
+
+
+def transcript_outcomes(out: Path) -> dict[str, int] | None:
+    """Counts of `OUTCOMES` over the training episodes kept in ``out/trajectories/step-*.jsonl``; None where
+    none was kept."""
+    files = sorted((out / "trajectories").glob("step-*.jsonl"))
+    if not files:
+        return None
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for path in files:
+        for _, traj in read_jsonl(path):
+            episode, samples = traj["episode"], traj.get("env_role_samples", [])
+            if episode["reward"] >= 1.0:
+                kind = "bound_only" if episode.get("reward_reference", episode["reward"]) < 1.0 else "both"
+            elif episode["calls_ok"] + episode["calls_failed"] == 0:
+                kind = "no_call"
+            elif any(not s.get("valid", True) for s in samples):
+                kind = "unusable"
+            else:
+                kind = "failed"
+            counts[kind] += 1
+    return counts
+
+
+def transcript_table(results: dict[str, Any]) -> str | None:
+    """How the imagination arms' logged training episodes ended (`OUTCOMES`), pooled over seeds; None where no
+    arm kept transcripts."""
+    rows = {name: r["transcripts"] for name, r in results.items() if r.get("transcripts")}
+    if not rows:
+        return None
+    lines = ["| arm | episodes | " + " | ".join(OUTCOMES.values()) + " |", "|---" * (len(OUTCOMES) + 2) + "|"]
+    for name, counts in rows.items():
+        n = sum(counts.values())
+        cells = [f"{100 * counts[k] / n:.0f}%" for k in OUTCOMES]
+        lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def start_evaluation(
     name: str, start: str, args, seed: int, out: Path, environment: dict[str, Any]
 ) -> dict[str, Any] | None:
@@ -484,8 +531,14 @@ def summarize(
         environments={str(r["seed"]): r.get("environment") for r in runs},
         # the one environment every seed ran in (code, kernels, precision, threads, versions), None if they differ
         environment=common_environment([r.get("environment") for r in runs]),
+        transcripts=_pooled([r.get("transcripts") for r in runs]),
     )
     return out
+
+
+def _pooled(counts: list[dict[str, int] | None]) -> dict[str, int] | None:
+    kept = [c for c in counts if c]
+    return {k: sum(c.get(k, 0) for c in kept) for k in OUTCOMES} if kept else None
 
 
 def common_environment(environments: list[dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -544,11 +597,13 @@ def table(results: dict[str, Any]) -> str:
 
 
 def cost_table(results: dict[str, Any]) -> str:
-    """Where a run's steps went: time, tokens, rows trained, groups whose rewards differed."""
+    """Where a run's steps went: time, tokens, rows trained, groups whose rewards differed; what trained it (the
+    reward and the penalty on unusable output) and the share of imagined episodes whose reward the binding
+    changed (results kept before these were recorded show "-")."""
     lines = [
         "| arm | train time per run | per step: rollout (prefill + decode) / update | tokens per run "
-        "| trained rows per run | groups with spread |",
-        "|---|---|---|---|---|---|",
+        "| trained rows per run | groups with spread | reward, penalty (rewards the binding changed) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         recs = [rec for seed in r["records"].values() for rec in seed]
@@ -560,9 +615,15 @@ def cost_table(results: dict[str, Any]) -> str:
             f"{mean['rollout_s']:.0f} s ({mean['rollout_prefill_s']:.0f} + {mean['rollout_decode_s']:.0f}) / "
             f"{mean['update_s']:.0f} s"
         )
+        trained_by = "-"
+        if r.get("reward") is not None:
+            changed = r.get("binding_changed")
+            trained_by = f"{r['reward']}, {r['invalid_penalty']:g}" + (
+                f" ({100 * changed:.0f}%)" if changed is not None else ""
+            )
         lines.append(
             f"| {name} | {r['train_s'] / 60:.1f} min | {per_step} | {r['tokens']:,.0f} | "
-            f"{r['trained_rows']:,.0f} | {r['groups_with_spread']:.0f} of {r['groups']:.0f} |"
+            f"{r['trained_rows']:,.0f} | {r['groups_with_spread']:.0f} of {r['groups']:.0f} | {trained_by} |"
         )
     return "\n".join(lines)
 
@@ -681,17 +742,20 @@ def kernel_table(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(path: str) -> str:
+def write_docs(path: str, val_block: str = "learning-val") -> str:
     """Rewrite docs/learning.md's blocks from a kept ``results.json``: a ``val`` run (a go/no-go) writes
-    ``learning-val``; a ``test-id`` run ``learning-key``, ``learning-main``, ``learning-cost`` and
-    ``learning-kinds``. Trains nothing; returns the main table."""
+    ``val_block`` (the page has one per go/no-go); a ``test-id`` run ``learning-key``, ``learning-main``,
+    ``learning-cost`` and ``learning-kinds``. Where the run kept training transcripts, their outcomes go to
+    ``<block>-transcripts`` (``learning-transcripts`` for a ``test-id`` run). Trains nothing; returns the main
+    table."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _docs import write_block
 
     results = json.loads(Path(path).read_text())["arms"]
     text = table(results)
-    if next(iter(results.values()))["split"] == "val":
-        blocks = {"learning-val": text + "\n\n" + cost_table(results) + "\n\n" + kind_table(results)}
+    is_val = next(iter(results.values()))["split"] == "val"
+    if is_val:
+        blocks = {val_block: text + "\n\n" + cost_table(results) + "\n\n" + kind_table(results)}
     else:
         blocks = {
             "learning-key": key_results(results),
@@ -699,6 +763,9 @@ def write_docs(path: str) -> str:
             "learning-cost": cost_table(results),
             "learning-kinds": kind_table(results),
         }
+    transcripts = transcript_table(results)
+    if transcripts is not None:
+        blocks[f"{val_block if is_val else 'learning'}-transcripts"] = transcripts
     for block, body in blocks.items():
         changed = write_block("learning.md", block, body)
         print(f"docs/learning.md: {block} {'rewritten' if changed else 'unchanged'}")
@@ -725,6 +792,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--write-docs",
         metavar="RESULTS.json",
         help="train nothing: rewrite docs/learning.md's tables from a results file",
+    )
+    parser.add_argument(
+        "--docs-block",
+        default="learning-val",
+        metavar="NAME",
+        help="with --write-docs of a val run: the page's block it writes (one per go/no-go)",
     )
     parser.add_argument(
         "--kernels",
@@ -765,7 +838,7 @@ def _child_argv(args, name: str, seed: int, start: str) -> list[str]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.write_docs:
-        return {"table": write_docs(args.write_docs)}
+        return {"table": write_docs(args.write_docs, args.docs_block)}
     if args.kernels:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from _docs import write_block
@@ -828,7 +901,10 @@ def report(args, arms: list[str], seeds: list[int], t0: float) -> dict[str, Any]
         for seed in seeds:
             path = out / f"{name}-seed{seed}" / "result.json"
             if path.exists():
-                runs.setdefault(name, []).append(json.loads(path.read_text()))
+                run = json.loads(path.read_text())
+                # what its logged training episodes ended in (--log-trajectories-every), read from the transcripts
+                run["transcripts"] = transcript_outcomes(path.parent) if name in IMAGINED else None
+                runs.setdefault(name, []).append(run)
     start = runs.get("untrained", [])
     results = {n: summarize(n, rs, start, args.eval_split, args.group_size) for n, rs in runs.items()}
     summary = {
@@ -839,6 +915,8 @@ def report(args, arms: list[str], seeds: list[int], t0: float) -> dict[str, Any]
     }
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     text = table(results) + "\n\n" + cost_table(results) + "\n\n" + kind_table(results) if results else ""
+    if results and transcript_table(results):
+        text += "\n\n" + transcript_table(results)
     (out / "table.md").write_text(text + "\n")
     if results:
         plot(results, out / "learning.png", args.group_size)

@@ -36,14 +36,14 @@ OPTIONAL = ""  # BFCL's marker in a list of allowed values: the argument may be 
 
 @dataclass
 class EpisodeRecord:
-    """What the rewards look at: successful calls, the result shown for each (``results[i]`` for
-    ``calls[i]``: what a checklist bound to observations reads), each user turn's answer, and the final
-    state hash."""
+    """What the rewards look at: successful calls, each user turn's answer, the final state hash, and the
+    result shown for each call (``results[i]`` for ``calls[i]``: what a checklist bound to observations
+    reads; last, so that records built positionally keep their meaning)."""
 
     calls: list[ToolCall] = field(default_factory=list)
-    results: list[Any] = field(default_factory=list)
     turn_answers: list[str | None] = field(default_factory=list)
     final_state_hash: str | None = None
+    results: list[Any] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------- call_match

@@ -317,3 +317,27 @@ def test_the_decode_precision_block_is_the_scripts_rendering_of_the_kept_json():
     kept = json.loads((ROOT / "docs" / "results" / "decode_precision_2026-12-07.json").read_text())
     assert bench.table(kept) == _block("benchmarks.md", "decode-precision")
     assert kept["environment"]["cpu_capability"] and len(kept["runs"]) == 2 * kept["repeats"]
+
+
+def test_the_transcript_outcomes_sort_each_logged_imagined_episode(tmp_path):
+    """Five hand-made training episodes, one of each ending: counted per kind, and the table shows the
+    shares pooled over the arm's seeds."""
+    learning = _load("learning")
+
+    def line(reward, reference, calls, valid=()):
+        episode = {"reward": reward, "calls_ok": calls, "calls_failed": 0}
+        if reference is not None:
+            episode["reward_reference"] = reference
+        return json.dumps({"episode": episode, "env_role_samples": [{"valid": v} for v in valid]})
+
+    logged = tmp_path / "trajectories"
+    logged.mkdir()
+    (logged / "step-3.jsonl").write_text(
+        "\n".join([line(1.0, 0.0, 2, (True, True)), line(1.0, 1.0, 1, (True,)), line(0.0, None, 0)]) + "\n"
+    )
+    (logged / "step-6.jsonl").write_text("\n".join([line(0.0, None, 1, (False,)), line(0.0, 0.0, 1, (True,))]) + "\n")
+    counts = learning.transcript_outcomes(tmp_path)
+    assert counts == {"bound_only": 1, "both": 1, "no_call": 1, "unusable": 1, "failed": 1}
+    assert learning.transcript_outcomes(tmp_path / "nothing") is None
+    rows = learning.transcript_table({"envace-blind": {"transcripts": counts}}).splitlines()
+    assert rows[2] == "| envace-blind | 5 | 20% | 20% | 20% | 20% | 20% |"

@@ -36,7 +36,7 @@ def test_the_demo_runs_its_steps_and_episodes_on_a_slow_clock(tmp_path, slow_clo
     assert [r["step"] for r in metrics["envace"]] == [1, 2]
     assert metrics["before"]["episodes"] == metrics["after"]["episodes"] == 3
     assert metrics["calls"]["live_calls"] == 0  # imagination only: no live tool call in training
-    assert "reference" in metrics["fidelity_before"] and "success_ci" in metrics["after"]
+    assert "none" in metrics["fidelity_before"] and "success_ci" in metrics["after"]
     # before and after on the same test-id tasks: the paired difference, from the outcomes kept
     assert metrics["outcomes"]["before"].keys() == metrics["outcomes"]["after"].keys()
     assert all("-test-id-" in task for task in metrics["outcomes"]["before"]) and metrics["paired"]["tasks"] == 3
