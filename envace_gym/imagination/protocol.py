@@ -42,6 +42,7 @@ class ImagineRequest:
     conversation whose KV cache the engine may reuse.
     """
 
+    role: ClassVar[str] = "env_role"  # who answers it: the env role (`Imaginer`); a user or judge request says so too
     messages: list[dict[str, Any]]
     tool: str = ""
     arguments: dict[str, Any] = field(default_factory=dict)
