@@ -322,6 +322,19 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         self.episode_index = -1  # counts resets: lets observers tell episodes apart
         self.scored = True  # False on private rehearsal forks: episodes end unscored
 
+    @property
+    def backend(self) -> Backend | None:
+        """The backend answering this episode's calls."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, backend: Backend | None) -> None:
+        # Whether its calls may wait on a model: a Protocol check costs tens of microseconds, so it is made once
+        # per backend object (the env's own backends and an imagination wrapper's are reused across episodes).
+        if backend is not getattr(self, "_backend", None) or not hasattr(self, "_requesting"):
+            self._requesting = isinstance(backend, RequestingBackend)
+        self._backend = backend
+
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode. ``options``: ``task_id``, or ``suite`` and/or ``split`` to draw from; ``backend``
@@ -730,8 +743,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
             message = "not run: an earlier imagined result was unusable"
             return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
         try:
-            if isinstance(backend, RequestingBackend):
-                return backend.run(call)  # books its own calls (the ledger): imagined ones reach no real tool
+            if self._requesting:
+                return backend.run(call)  # type: ignore[attr-defined]  # books its own calls (the ledger): imagined ones reach no real tool
             result = backend.execute(call)
         except Exception as exc:  # a backend must not raise; contain one that does
             message = f"backend error: {type(exc).__name__}: {exc}"
