@@ -537,3 +537,23 @@ def test_only_gymnasiums_public_vector_api_is_used():
     found = [hit for folder in PUBLIC_GYM_ONLY for path in folder.rglob("*.py")
              for hit in _gymnasium_internals_used(path, names, commands)]  # fmt: skip
     assert found == []
+
+
+def test_a_step_is_one_generator_with_no_flag_threaded_through():
+    """House rules of the step: no ``defer`` parameter, no ``begin_call``/``finish_call`` pair found on a backend,
+    no ``ask`` callback into the policy in the half-step module, and every request names who answers it."""
+    import inspect
+
+    from envace_gym.env import ToolCallEnv
+    from envace_gym.imagination import ImagineRequest, JudgeRequest, UserRequest
+
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in (CORE, ROOT / "agents", ROOT / "envs", ROOT / "benchmarks")
+        for path in sorted(folder.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bdefer\b|begin_call|finish_call|\bask=", line)
+    ]
+    assert not offenders, offenders
+    assert inspect.isgeneratorfunction(ToolCallEnv.play_step)
+    assert [r.role for r in (ImagineRequest, UserRequest, JudgeRequest)] == ["env_role", "user", "judge"]
