@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--split", default="test")
     parser.add_argument("--k", default="16,32", help="comma-separated candidate counts")
     args = parser.parse_args()
-    for domain in envace_gym.BUILTIN_DOMAINS:
+    for domain in envace_gym.registration.BUILTIN_DOMAINS:
         tasks = [t for t in envace_gym.load_suite(f"builtin/{domain}").filter(split=args.split) if t.reference_calls]
         for k in (int(x) for x in args.k.split(",")):
             hits = 0

@@ -31,6 +31,10 @@ median is reported, since a shared machine is noisy.
 
     python benchmarks/env_step.py [--steps 20000] [--seconds 10] [--policies random oracle] [--json]
     python benchmarks/env_step.py --paths new user-thread user-default   # isolation costs only
+
+Every run also times Gymnasium's ``CartPole-v1`` (random actions) and prints the current path's rate per CPU
+second as a share of CartPole's ("per CartPole"): a plain env step's overhead against the cheapest env there
+is, on CPU time so that other jobs on the machine do not move it.
 """
 
 from __future__ import annotations
@@ -157,6 +161,30 @@ def run(path: str, policy_name: str, args: argparse.Namespace) -> dict[str, Any]
     }
 
 
+def cartpole_rate(args: argparse.Namespace) -> float:
+    """Steps per CPU second of Gymnasium's CartPole-v1 (``.unwrapped``, random actions, reset when done),
+    timed like `run`: the baseline of every "per CartPole" ratio, measured in the same process and run, on
+    this process's CPU time (what another job on the machine takes away is not counted)."""
+    env = gym.make("CartPole-v1").unwrapped
+    env.action_space.seed(args.seed)
+    env.reset(seed=args.seed)
+    steps, start = 0, None
+    deadline = float("inf")
+    for i in range(args.warmup + args.steps):
+        if i == args.warmup:
+            start = time.process_time()
+            deadline = start + args.seconds
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+        if start is not None:
+            steps += 1
+            if steps % 256 == 0 and time.process_time() >= deadline:
+                break
+    cpu = time.process_time() - (start if start is not None else time.process_time())
+    return steps / cpu if cpu > 0 else 0.0
+
+
 def docs_table(result: dict[str, Any]) -> str:
     """The Markdown table of ``docs/benchmarks.md`` from this script's ``--json`` output: steps/s of the
     old and the current path by policy, and their ratio."""
@@ -202,10 +230,13 @@ def main() -> None:
         return
 
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    cartpole: list[float] = []
     for _ in range(args.repeat):
+        cartpole.append(cartpole_rate(args))
         for policy_name in args.policies:
             for path in args.paths:
                 runs.setdefault((policy_name, path), []).append(run(path, policy_name, args))
+    cartpole_median = statistics.median(cartpole)
 
     table = []
     for policy_name in args.policies:
@@ -224,6 +255,8 @@ def main() -> None:
                     else 0
                 ),
             }
+        if "new" in row and cartpole_median:  # the env step's rate in CartPole's, measured in this run
+            row["per_cartpole"] = round(row["new"]["steps_per_cpu_s"] / cartpole_median, 4)
         if "old" in row and "new" in row and row["old"]["steps_per_s"]:
             row["ratio"] = round(row["new"]["steps_per_s"] / row["old"]["steps_per_s"], 1)
         table.append(row)
@@ -233,6 +266,7 @@ def main() -> None:
         "prewarm": args.prewarm,
         "warmup": args.warmup,
         "repeat": args.repeat,
+        "cartpole_steps_per_cpu_s": round(cartpole_median),
     }
     if args.json:
         print(json.dumps({"setup": setup, "results": table}, indent=2))
@@ -250,6 +284,13 @@ def main() -> None:
         if "ratio" in row:
             line += f"{row['ratio']:>8}x"
         print(line)
+    for row in table:
+        if "per_cartpole" in row:
+            print(
+                f"{row['policy']}: current path {row['new']['steps_per_cpu_s']:,} steps per CPU s = "
+                f"{row['per_cartpole']:.3f} of CartPole-v1's {setup['cartpole_steps_per_cpu_s']:,} "
+                "(random actions, same run)"
+            )
     isolation = [p for p in ISOLATION_PATHS if p in args.paths]
     if len(isolation) > 1 and isolation[0] == "new":
         print("what isolation costs a toolkit (wall time per step and per executed call; ratio: per step / inline):")

@@ -9,7 +9,7 @@ split designs are chosen on) whose first reference call names an ``account_id``,
 * the same call on an account the task's state does not hold (it fails for real: the rehearsal's guessed id).
 
 Each runs on the task's real backend (the truth: a result or an error) and is imagined by each policy's env
-role as a rehearsal imagines it: the simulator prompt over the blind task (``task.blind()``), no reference
+role as a rehearsal imagines it: the env-role prompt over the blind task (``task.blind()``), no reference
 examples (``grounding="none"``), after the user's message and the call; greedy. Printed: per policy, how
 often the env role imagines an error where the real call fails and where it succeeds, and how many answers
 were no result at all. Nothing here is trained.
@@ -32,7 +32,7 @@ from typing import Any
 import envace_gym  # noqa: F401  (registers the envs)
 from envace_gym.agents.eval.stats import wilson_interval
 from envace_gym.agents.rehearsal.memory import predicted_error
-from envace_gym.backends import make_backend
+from envace_gym.backends import ToolResult, make_backend
 from envace_gym.calls import ToolCall, tool_calls_to_openai
 from envace_gym.imagination import ImaginedBackend, ImagineRequest
 from envace_gym.imagination.halfstep import answer_requests
@@ -89,10 +89,10 @@ def request_for(task, call: ToolCall, imaginer) -> ImagineRequest:
         {"role": "assistant", "content": "", "tool_calls": tool_calls_to_openai([call])},
     ]
     backend.bind_conversation(messages)
-    request = backend.begin_call(call)
-    if not isinstance(request, ImagineRequest):
-        raise ValueError(f"task {task.id}: {call.name} was answered without the env role: {request}")
-    return request
+    pending = backend.run(call)
+    if isinstance(pending, ToolResult):
+        raise ValueError(f"task {task.id}: {call.name} was answered without the env role: {pending}")
+    return next(pending)  # the request it waits on; never answered here
 
 
 def measure(name: str, spec: str, items, truth: list[bool], args) -> dict[str, Any]:

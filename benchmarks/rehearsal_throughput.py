@@ -3,7 +3,7 @@
 The workload of ``benchmarks/rollout_throughput.py`` (every episode ``--turns`` actor turns of
 ``--actor-tokens`` tokens, each turn one tool call; the forward passes are real, a forward hook sets which
 token wins), but the envs are ``SelfRehearsalEnv``: every call is answered by the same policy in its env
-role, an imagined result of ``--result-tokens`` tokens, in the ``prompted`` mode (a fresh simulator prompt
+role, an imagined result of ``--result-tokens`` tokens, in the ``prompted`` mode (a fresh env-role prompt
 per call) and the ``inline`` mode (the result written inside the actor's own context). So every run
 decodes the same tokens for both roles, on any checkpoint, before and after a change of the rollout code.
 

@@ -47,7 +47,7 @@ from envace_gym.agents.lm.engine import HFEngine, SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
 from envace_gym.agents.provenance import run_environment
 from envace_gym.agents.rollout import collect
-from envace_gym.imagination import SIMULATOR_SYSTEM_PROMPT
+from envace_gym.imagination import ENV_ROLE_SYSTEM_PROMPT
 
 #: The call every actor turn makes: valid in every ``builtin/bank`` task (a real answer, never an error), read-only.
 ACTOR_CALL = ToolCall("convert_currency", {"amount": 1, "from_currency": "USD", "to_currency": "EUR"})
@@ -124,11 +124,11 @@ class Scripts:
         inline = (body, self._encode(tail))
         self.prompted = self._pad(self._fill(*prompted, filler, workload.result_tokens), workload.result_tokens)
         self.inline = self._pad(self._fill(*inline, filler, workload.result_tokens), workload.result_tokens)
-        self._simulator_head = SIMULATOR_SYSTEM_PROMPT[:48]
+        self._env_role_head = ENV_ROLE_SYSTEM_PROMPT[:48]
 
     def for_prompt(self, prompt: Sequence[int]) -> tuple[str, list[int]]:
         """``(role, ids)`` for a prompt: ``"env_role_prompted"``, ``"env_role_inline"`` or ``"actor"``."""
-        if self._simulator_head in self.tokenizer.decode(list(prompt[:64])):
+        if self._env_role_head in self.tokenizer.decode(list(prompt[:64])):
             return "env_role_prompted", self.prompted
         if self.tokenizer.decode(list(prompt[-3:])).rstrip().endswith("tool"):  # an inline tool message's header
             return "env_role_inline", self.inline

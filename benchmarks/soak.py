@@ -26,7 +26,7 @@ import time
 import gymnasium as gym
 
 import envace_gym  # noqa: F401  (registers the envs)
-from envace_gym import rehearse
+from envace_gym import make_env
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import tiny_policy
 from envace_gym.agents.rollout import collect
@@ -95,7 +95,7 @@ def run_phase(kind: str, args) -> dict[str, float]:
     imaginer = tiny_policy(sampling=SamplingConfig(temperature=1.0, max_new_tokens=24, seed=0))
 
     def imagined() -> gym.Env:
-        return rehearse(real(), "self", imaginer, on_invalid="error_observation")
+        return make_env(real(), backend="self", imaginer=imaginer, imagination={"on_invalid": "error_observation"})
 
     return soak("imagined", imagined, args.imagined_episodes, args.envs)
 

@@ -1,34 +1,27 @@
-"""envace-gym: Gymnasium environments for tool-calling LM agents, on real or imagined tool backends."""
+"""envace-gym: Gymnasium environments for tool-calling LM agents, on real or imagined tool backends.
 
-from __future__ import annotations
+The top level holds what a user of the envs writes: the envs and the one composition function, tasks and
+suites, tools, calls and the registries. Everything else is imported from its own module:
+`envace_gym.backends` (backends, specs, the call ledger), `envace_gym.calls` (parsing), `envace_gym.tools`,
+`envace_gym.tasks`, `envace_gym.suites`, `envace_gym.recording`, `envace_gym.imagination` (the env role),
+`envace_gym.rehearsal` (test-time rehearsal's env side), `envace_gym.compose`, `envace_gym.registration`;
+policies, the episode loop and training from `envace_gym.agents`.
+"""
 
-from .backends import (
-    Backend,
-    BackendSpec,
-    PythonBackend,
-    ReplayBackend,
-    Toolkit,
-    ToolResult,
-    make_backend,
-    parse_backend_spec,
-    register_backend,
-    tool,
-)
-from .calls import CallError, ErrorCode, ParsedAction, ToolCall, format_calls, parse_calls
-from .compose import env_role_for, make_env, rehearse
+from .backends import Toolkit, register_backend, tool
+from .calls import ToolCall, format_calls
+from .compose import make_env
 from .env import ToolCallEnv
-from .imagination import EnvRoleSample, ImagineRequest, SelfRehearsalEnv
-from .recording import ReferenceCallError, ReferenceRecorder
-from .registration import BUILTIN_DOMAINS, register_all
+from .imagination import SelfRehearsalEnv
+from .registration import register_all as _register_all
 from .rewards import register_reward_basis
-from .suites import SuiteInfo, load_suite, register_suite, suite_info, suite_names
-from .tasks import RefCall, RefTurn, Task, TaskFormatError, TaskSuite
-from .tools import SchemaError, ToolSpec
+from .suites import load_suite, register_suite
+from .tasks import RefCall, RefTurn, Task, TaskSuite
 from .vector import ToolCallVectorEnv
 
 __version__ = "0.1.0"
 
-register_all()
+_register_all()
 
 
 def __getattr__(name: str):
@@ -42,44 +35,23 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "BUILTIN_DOMAINS",
+    # envs, and the one way to compose one with a backend
     "ToolCallEnv",
     "ToolCallVectorEnv",
-    "make_env",
-    "env_role_for",
-    "rehearse",
     "SelfRehearsalEnv",
-    "ImagineRequest",
-    "EnvRoleSample",
-    "register_reward_basis",
-    "BackendSpec",
-    "parse_backend_spec",
-    "Backend",
-    "PythonBackend",
-    "ReplayBackend",
-    "ToolResult",
-    "Toolkit",
-    "tool",
-    "make_backend",
-    "register_backend",
-    "CallError",
-    "ErrorCode",
-    "ParsedAction",
-    "ToolCall",
-    "format_calls",
-    "parse_calls",
-    "load_suite",
-    "register_suite",
-    "SuiteInfo",
-    "suite_info",
-    "suite_names",
+    "make_env",
+    # tasks and suites
+    "Task",
+    "TaskSuite",
     "RefCall",
     "RefTurn",
-    "ReferenceCallError",
-    "ReferenceRecorder",
-    "Task",
-    "TaskFormatError",
-    "TaskSuite",
-    "SchemaError",
-    "ToolSpec",
+    "load_suite",
+    "register_suite",
+    # tools, calls and rewards
+    "Toolkit",
+    "tool",
+    "register_backend",
+    "register_reward_basis",
+    "ToolCall",
+    "format_calls",
 ]

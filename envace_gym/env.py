@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import gymnasium as gym
 
 from .backends import LEDGER, Backend, ReplayBackend, ToolResult, is_self_accounting, make_backend
-from .backends.base import reference_state_hash
+from .backends.base import PendingCall, RequestingBackend, reference_state_hash
 from .backends.isolated import TOOL_ISOLATIONS, real_backend
 from .backends.spec import parse_backend_spec
 from .binding import BOUND_BASES, bound_score
@@ -49,7 +49,17 @@ if TYPE_CHECKING:
         UserRequest,
     )
 
-__all__ = ["ToolCallEnv", "PendingStep", "AnswerTurn", "EndTurn", "DEFAULT_SYSTEM_PROMPT", "clip", "play_here"]
+__all__ = [
+    "ToolCallEnv",
+    "PendingStep",
+    "StepPlay",
+    "StepOutcome",
+    "AnswerTurn",
+    "EndTurn",
+    "DEFAULT_SYSTEM_PROMPT",
+    "clip",
+    "play_here",
+]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant that can call tools. To call a tool, write "
@@ -94,59 +104,42 @@ def clip(text: str, max_chars: int) -> str:
     return text[:max_chars] + f"...[truncated {len(text) - max_chars} chars]"
 
 
-#: The old name of ``info["env_role_samples"]``, kept (the same list) for one release.
-DEPRECATED_SAMPLES_KEY = "rehearsal"
-
 #: How an imagined episode is scored (``ToolCallEnv(imagined_reward=...)``).
 IMAGINED_REWARDS = ("bound", "reference")
 
 
 @dataclass
 class PendingStep:
-    """A step that `ToolCallEnv.begin_step` began and that waits for its imagined calls' answers.
+    """A step that `ToolCallEnv.begin_step` began and that waits for answers to its requests.
 
-    ``requests`` are the requests to answer now: an env-role request
-    (`ImagineRequest`) for an imagined call, a
-    `UserRequest` for a simulated user's turn where a model plays the user, or a
-    `JudgeRequest` for a judge's verdict on the ended episode where a model judges. At
-    most one, because each call of a message is asked with the answers to the calls before it in view
-    (prompted: the conversation so far; inline: the actor's context), a user's turn follows the
-    answer it replies to, and the judge reads the whole episode; empty when the step can finish. Plain data,
-    so that a worker process can hand it to its parent.
+    ``requests`` are the requests to answer now: an env-role request (`ImagineRequest`) for an imagined call,
+    a `UserRequest` for a simulated user's turn where a model plays the user, or a `JudgeRequest` for a
+    judge's verdict on the ended episode where a model judges; each names who answers it (``role``). At most
+    one, because each call of a message is asked with the answers to the calls before it in view (prompted:
+    the conversation so far; inline: the actor's context), a user's turn follows the answer it replies to,
+    and the judge reads the whole episode; empty when the step can finish. Plain data, so that a worker
+    process can hand it to its parent.
     """
 
     step: int  # the episode's step it belongs to (``env.steps``)
     requests: list[ImagineRequest | ModelRequest] = field(default_factory=list)
 
 
+#: What `ToolCallEnv.step` returns: ``(observation, reward, terminated, truncated, info)``.
+StepOutcome = tuple[str, float, bool, bool, dict[str, Any]]
+#: One step as `ToolCallEnv.play_step` plays it: yields each request (an imagined call's, a user's turn, a
+#: judge's verdict), is sent its answer, returns the step's outcome.
+StepPlay = Generator["ImagineRequest | ModelRequest", Any, StepOutcome]
+
+
 @dataclass
-class _CallRun:
-    """One message's calls, run in order, paused where an imagined call waits for its answer."""
+class _StepInFlight:
+    """A step begun by `ToolCallEnv.begin_step`: its play, the request it waits on, or (played out) its outcome."""
 
-    calls: list[ToolCall]
-    errors: list[CallError]
-    shown: list[str] = field(default_factory=list)
-    results: list[ToolResult] = field(default_factory=list)
-    next: int = 0  # the next call to run
-    waiting: tuple[ToolCall | None, ImagineRequest | ModelRequest] | None = None  # what awaits an answer
-    action: Any = None  # the action the step began with: step(action) ends the step with the same one
-    turn: Generator[ModelRequest, Any, None] | None = None  # the step after its calls (_after_calls), while it waits
-    settled: bool = False  # the step after its calls ran to its end: the step can finish
-    answered: tuple[str, bool] | None = None  # what the answer turn returned: (observation, terminated)
-    truncated: bool = False  # the step ends the episode at its turn limit
-    ended: tuple[float, dict[str, float]] | None = None  # the episode's (reward, components), when the step ended it
-
-    @property
-    def runs_calls(self) -> bool:
-        return bool(self.calls or self.errors)
-
-    @property
-    def stopped(self) -> bool:  # a fatal result ends the step: later calls are not run
-        return any(r.fatal for r in self.results)
-
-    @property
-    def observation(self) -> str:
-        return "\n".join(f"<tool_response>\n{c}\n</tool_response>" for c in self.shown)
+    action: Any  # step(action) ends the step with the same action
+    play: StepPlay
+    request: ImagineRequest | ModelRequest | None = None
+    outcome: StepOutcome | None = None
 
 
 class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
@@ -200,7 +193,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
       A wrapping backend should implement ``copy()`` too, so that `fork` works.
     * `on_calls` ``(calls, errors, results) -> None``: one message's calls once they ran (``errors``:
       its format errors; ``results``: what each call gave, in order); default nothing. Extend it to log
-      calls. The env executes them itself (in a whole step or across a half-step's answers).
+      calls. The env executes them itself (`play_step`).
     * `on_answer` ``(content) -> (observation, terminated)``: an assistant message without calls;
       default: the next scripted user turn, or the end of the episode.
     * `answer_turn` ``(content)``: the same as a generator that yields a
@@ -218,25 +211,27 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
       or filter keys (e.g. hide tools).
     * `abort` ``(reason) -> dict``: end the episode now with reward 0; returns the ``info`` keys to
       report. Extend it to record how your benchmark names such an end.
-    * `end_episode` ``() -> (reward, components)``: call it from a hook to end the episode early
-      (a benchmark's own limit) and score it.
+    * `limit_reached` ``() -> bool``: whether the episode ends, truncated, with this step; default: the
+      turn limit. Extend it for a benchmark's own limit (tau2's ``max_errors``): the step then plays the
+      episode's end (`end_turn`), its judge's requests included.
+    * `end_episode` ``() -> (reward, components)``: mark the episode over and score it (what `end_turn`
+      returns by default).
     * `prepare_rehearsal` ``(user) -> None``: called on a private-rehearsal snapshot (a fork holding
       the blind task); default nothing. Override it where more than the tools is part of the world (tau2's
       simulated user reads the task's scenario: its fork hands the user's turns to ``user``, an imagined user).
       `rehearsal_metadata` names the task metadata keys the snapshot keeps (default none).
 
-    **The step as two halves** (how a rollout loop batches the env role of many envs): `begin_step`
-    ``(action) -> PendingStep`` parses the action, runs the checks and every call a backend answers by itself,
-    and stops at the first call an imagined backend (one with ``begin_call``/``finish_call``, such as
-    `ImaginedBackend`) needs an answer for, at a simulated user's turn a
-    model writes (`answer_turn`), or at a judge's verdict a model gives (`end_turn`), returning its request;
-    `continue_step` ``(answers)`` hands over the answers and returns the next requests; and
-    ``step(action)`` with the same action, on the outermost wrapper, ends the step: every wrapper sees it as
-    an ordinary step (an action wrapper maps the action again, to the text the step began with). Begin
-    through the wrappers with `envace_gym.imagination.halfstep.begin_step`, which applies each
-    ``gym.ActionWrapper``'s mapping on the way in. ``step(action)`` with no step in flight is the three in
-    one, its imagined calls answered synchronously by the backend's own imaginer. Hooks run as in a whole
-    step.
+    **A step is one generator** (`play_step`, how a rollout loop batches the models of many envs): it yields
+    a request wherever a model must answer (an imagined call's result, from a backend whose calls wait on a
+    model, `envace_gym.backends.RequestingBackend` such as `ImaginedBackend`; a simulated user's turn a model
+    writes, `answer_turn`; a judge's verdict a model gives, `end_turn`), is sent the answer, and returns the
+    step's outcome. ``step(action)`` plays it here, each request answered by this env's own answerers.
+    `begin_step` ``(action) -> PendingStep`` plays it to its first request, `continue_step` ``(answers)``
+    hands over an answer and plays on to the next, and ``step(action)`` with the same action, on the
+    outermost wrapper, ends the step: every wrapper sees it as an ordinary step (an action wrapper maps the
+    action again, to the text the step began with). Begin through the wrappers with
+    `envace_gym.imagination.halfstep.begin_step`, which applies each ``gym.ActionWrapper``'s mapping on the
+    way in. Hooks run as in a whole step.
 
     State a hook may read: ``task``, ``backend``, ``parsed`` (the step's `ParsedAction`: hooks reuse
     it instead of parsing the message again), ``messages`` (the chat so far, OpenAI format),
@@ -248,18 +243,13 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
 
     #: Attributes that `fork` shares with the copy instead of copying (large and never mutated by an
     #: episode; ``spec``, gym.make's, holds the make kwargs, a whole task list among them). A subclass adds its
-    #: own (a user simulator holding a model, say).
+    #: own (a user played by a model, say).
     fork_shared: tuple[str, ...] = (
         "suite", "pool", "task", "backend_spec", "observation_space", "action_space", "spec",
     )  # fmt: skip
     #: Task metadata keys a private-rehearsal fork keeps (``task.blind(keep=...)``): only keys that schedule
     #: what the agent is shown, never ground truth (BFCL: ``holdout``, the turn each held-out tool is offered).
     rehearsal_metadata: tuple[str, ...] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "run_calls" in vars(cls):  # the hook's old name: overriding it would now change nothing, silently
-            raise TypeError(f"{cls.__name__}.run_calls: the hook is on_calls(calls, errors, results) now")
 
     def __init__(
         self,
@@ -328,9 +318,22 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         self.call_counts = {"ok": 0, "failed": 0}
         self._call_seq = 0
         self.parsed = ParsedAction("", [], [])
-        self._in_flight: _CallRun | None = None  # the step begun and not finished (see begin_step)
+        self._in_flight: _StepInFlight | None = None  # the step begun and not finished (see begin_step)
         self.episode_index = -1  # counts resets: lets observers tell episodes apart
         self.scored = True  # False on private rehearsal forks: episodes end unscored
+
+    @property
+    def backend(self) -> Backend | None:
+        """The backend answering this episode's calls."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, backend: Backend | None) -> None:
+        # Whether its calls may wait on a model: a Protocol check costs tens of microseconds, so it is made once
+        # per backend object (the env's own backends and an imagination wrapper's are reused across episodes).
+        if backend is not getattr(self, "_backend", None) or not hasattr(self, "_requesting"):
+            self._requesting = isinstance(backend, RequestingBackend)
+        self._backend = backend
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -356,39 +359,106 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         return self.task.user_turns[0], self.build_info([], [])
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Gymnasium's step. After `begin_step` ``(action)`` and a `continue_step` per request,
-        ``step(action)`` with the same action ends that step (see the class docstring)."""
+        """Gymnasium's step: `play_step` played here, its requests answered by this env's own answerers (an
+        imagined call by its backend's env role, a user's turn by `answer_user`, a verdict by `answer_judge`).
+        After `begin_step` ``(action)`` and a `continue_step` per request, ``step(action)`` with the same
+        action ends that step (see the class docstring)."""
         if isinstance(action, PendingStep):
             raise TypeError("step() takes the action: end a half-step with step(action), the action begin_step took")
-        run = self._in_flight
-        if run is None:
-            self._begin(action, defer=False)
-            run = self._in_flight
-            assert run is not None
-        elif run.action is not action and run.action != action:
+        flight = self._in_flight
+        if flight is None:
+            return play_here(self.play_step(action), self._answer_here)
+        if flight.action is not action and flight.action != action:
             raise RuntimeError(
-                f"a step begun with {clip(repr(run.action), 80)} is in flight: end it with step() on that action "
-                "(a wrapper between begin_step and step must map actions as a gym.ActionWrapper does)"
+                f"a step begun with {clip(repr(flight.action), 80)} is in flight: end it with step() on that "
+                "action (a wrapper between begin_step and step must map actions as a gym.ActionWrapper does)"
             )
-        if run.waiting is not None:
+        if flight.outcome is None:
             raise ValueError("the step's requests wait for answers: hand them over with continue_step()")
         self._in_flight = None
-        assert run.settled
-        if run.runs_calls:
-            observation, terminated, results = run.observation, False, run.results
+        return flight.outcome
+
+    def begin_step(self, action: str) -> PendingStep:
+        """The first half of `step`: `play_step` up to its first request (in ``pending.requests``), or to its
+        end where it makes none; `continue_step` answers each request, ``step(action)`` ends the step."""
+        if self._in_flight is not None:
+            raise RuntimeError("a step is in flight: end it with step(action) first")
+        self._in_flight = _StepInFlight(action, self.play_step(action))
+        return self._play_on(None)
+
+    def continue_step(self, answers: Sequence[EnvRoleAnswer | str | Exception | None]) -> PendingStep:
+        """Answer the step's request; play on to the next one. An env-role request's answer is a generation, a
+        string, or the exception the env role raised (the episode sees it as that call's error); a user
+        request's is the user's message, the exception the user raised, or None (this env's own user answers
+        it, `answer_user`); a judge request's the same of the judge (`answer_judge`)."""
+        flight = self._in_flight
+        if flight is None or flight.request is None:
+            raise RuntimeError("no request waits for an answer (begin_step first)")
+        if len(answers) != 1:
+            raise ValueError(f"{len(answers)} answers for 1 request")
+        answer = answers[0]
+        if answer is None and flight.request.role != "env_role":
+            answer = self._answer_here(flight.request)
+        return self._play_on(answer)
+
+    def play_step(self, action: str) -> StepPlay:
+        """One step, as one generator (see `StepPlay`): parse ``action`` and run its checks; run each call
+        on the episode's backend (a call that waits on a model, an imagined one, yields its request); report
+        the calls (`on_calls`), or play the answer's consequence (`answer_turn`: a model user's turn is a
+        request); where the step ends the episode, its end (`end_turn`: a model judge's verdicts are
+        requests); return ``(observation, reward, terminated, truncated, info)``. `step` plays it here;
+        `begin_step`/`continue_step` let a rollout loop (or a worker's parent) answer the requests, batched
+        across envs. No model is called here: every model's turn is a request."""
+        if self.done or self.task is None:
+            raise RuntimeError("the episode is over (or never started): call reset() first")
+        self.steps += 1
+        parsed, refusal = self._parse(action)
+        self.parsed = parsed  # the step's one parse, for hooks (an over-long action is never parsed)
+        text = action if isinstance(action, str) else repr(action)
+        calls = parsed.calls[: self.max_calls_per_step]
+        # Bounded so that no action can produce an observation outside observation_space.
+        errors = list(parsed.errors[: self.max_calls_per_step]) + ([refusal] if refusal else [])
+        if len(parsed.calls) > self.max_calls_per_step:
+            errors.append(
+                CallError(
+                    ErrorCode.INVALID_TOOL_CALL_FORMAT,
+                    f"{len(parsed.calls)} calls in one message; at most {self.max_calls_per_step} are run",
+                )
+            )
+        calls = [ToolCall(c.name, c.arguments, c.id or self._next_call_id()) for c in calls]
+        assistant: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            assistant["tool_calls"] = tool_calls_to_openai(calls)
+        self.messages.append(assistant)
+        results: list[ToolResult] = []
+        if calls or errors:
+            shown = self._show_errors(errors)
+            for call in calls:
+                result = self._call(call, stopped=any(r.fatal for r in results))
+                if not isinstance(result, ToolResult):  # the call waits on a model: its request goes out
+                    try:
+                        result = yield from result
+                    except Exception as exc:  # a backend must not raise; contain one that does
+                        message = f"backend error: {type(exc).__name__}: {exc}"
+                        result = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
+                results.append(result)
+                shown.append(self._record_result(call, result))
+            self.on_calls(calls, errors, results)
+            observation = "\n".join(f"<tool_response>\n{c}\n</tool_response>" for c in shown)
+            terminated = False
         else:
-            assert run.answered is not None
-            (observation, terminated), results = run.answered, []
-        errors = run.errors
+            observation, terminated = yield from self.answer_turn(self.parsed.content)
+        truncated = not terminated and not self.done and self.limit_reached()
+        reward, components = 0.0, {}
+        # A step whose imagined result was unusable ends in abort (below), unless it ends at a limit anyway.
+        if terminated or truncated:
+            reward, components = yield from self.end_turn()
         self._count_calls(results, errors)
         fatal = next((r for r in results if r.fatal), None)
-        truncated = run.truncated
-        reward, components, ended = 0.0, {}, {}
+        ended: dict[str, Any] = {}
         if fatal is not None and not truncated and not self.done:
             ended = self.abort(f"unusable imagined result: {fatal.error.message if fatal.error else 'fatal'}")
             terminated = True
-        elif run.ended is not None:
-            reward, components = run.ended
         info = self.build_info(results, errors)
         if components:
             info["reward_components"] = components
@@ -399,36 +469,6 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         if self.render_mode == "human":
             self.render()
         return observation, reward, terminated, truncated, info
-
-    def begin_step(self, action: str) -> PendingStep:
-        """The first half of `step`: parse ``action``, run its checks and the calls a backend answers by
-        itself, and stop at the first imagined call, whose request is in ``pending.requests``."""
-        return self._begin(action, defer=True)
-
-    def continue_step(self, answers: Sequence[EnvRoleAnswer | str | Exception | None]) -> PendingStep:
-        """Answer the step's requests, in order; run on to the next request. An env-role request's answer is a
-        generation, a string, or the exception the env role raised (the episode sees it as that call's
-        error); a user request's is the user's message, the exception the user raised, or None (this env's
-        own user answers it, `answer_user`); a judge request's the same of the judge (`answer_judge`)."""
-        run = self._in_flight
-        if run is None or run.waiting is None:
-            raise RuntimeError("no request waits for an answer (begin_step first)")
-        if len(answers) != 1:
-            raise ValueError(f"{len(answers)} answers for 1 request")
-        call, request = run.waiting
-        run.waiting = None
-        if call is None:  # a user or judge request: the rest of the step runs on
-            answer = answers[0]
-            self._play_turn(run, self._answer_here(request) if answer is None else answer, defer=True)  # type: ignore[arg-type]
-            return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
-        try:
-            result = self.backend.finish_call(call, answers[0])  # type: ignore[union-attr]
-        except Exception as exc:  # a backend must not raise; contain one that does
-            message = f"backend error: {type(exc).__name__}: {exc}"
-            result = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
-        self._record_result(run, call, result)
-        self._run_on(run, defer=True)
-        return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
 
     def render(self) -> str | None:
         text = self.transcript()
@@ -476,6 +516,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
             memo[id(self.backend)] = backend if backend is not None else self.backend.copy()
         # Backends built for other tasks are not the episode's: the fork builds its own when it needs them.
         memo[id(self._backends)] = {}
+        memo[id(self._in_flight)] = None  # a step in flight is this env's to end (its play cannot be copied)
         if task is not None:
             memo[id(self._expected_hashes)] = {}
         fork = copy.deepcopy(self, memo)
@@ -573,6 +614,12 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
             return user, False
         return "", True
 
+    def limit_reached(self) -> bool:
+        """Whether the episode ends, truncated, with this step: its turn limit (the task's ``max_turns``, else
+        the env's). Extend it for a benchmark's own limit (tau2's ``max_errors``)."""
+        assert self.task is not None
+        return self.steps >= (self.task.max_turns or self.max_turns)
+
     def score(self) -> tuple[float, dict[str, float]]:
         """The episode's reward and its components, from the task's registered reward bases."""
         assert self.task is not None and self.backend is not None
@@ -630,7 +677,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         }
         samples = [r.sample for r in results if r.sample is not None]
         if samples:
-            info["env_role_samples"] = info[DEPRECATED_SAMPLES_KEY] = samples
+            info["env_role_samples"] = samples
         return info
 
     def abort(self, reason: str) -> dict[str, Any]:
@@ -647,133 +694,75 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         return self.score() if self.scored else (0.0, {})
 
     # ------------------------------------------------------------------ internals
-    def _begin(self, action: Any, defer: bool) -> PendingStep:
-        """The step up to its first imagined call (``defer``), or through all its calls (imagined ones
-        answered by the backend's own imaginer)."""
-        if self._in_flight is not None:
-            raise RuntimeError("a step is in flight: end it with step(action) first")
-        if self.done or self.task is None:
-            raise RuntimeError("the episode is over (or never started): call reset() first")
-        self.steps += 1
-        parsed, refusal = self._parse(action)
-        self.parsed = parsed  # the step's one parse, for hooks (an over-long action is never parsed)
-        text = action if isinstance(action, str) else repr(action)
-        calls = parsed.calls[: self.max_calls_per_step]
-        # Bounded so that no action can produce an observation outside observation_space.
-        errors = list(parsed.errors[: self.max_calls_per_step]) + ([refusal] if refusal else [])
-        if len(parsed.calls) > self.max_calls_per_step:
-            errors.append(
-                CallError(
-                    ErrorCode.INVALID_TOOL_CALL_FORMAT,
-                    f"{len(parsed.calls)} calls in one message; at most {self.max_calls_per_step} are run",
-                )
-            )
-        calls = [ToolCall(c.name, c.arguments, c.id or self._next_call_id()) for c in calls]
-        assistant: dict[str, Any] = {"role": "assistant", "content": text}
-        if calls:
-            assistant["tool_calls"] = tool_calls_to_openai(calls)
-        self.messages.append(assistant)
-        run = self._start_calls(calls, errors) if calls or errors else _CallRun(calls, errors)
-        run.action = action
-        self._in_flight = run
-        self._run_on(run, defer)
-        return PendingStep(self.steps, [run.waiting[1]] if run.waiting else [])
-
-    def _run_on(self, run: _CallRun, defer: bool) -> None:
-        """Run the step on to its next request (``defer``), or to its end: its calls, then the rest."""
-        self._advance(run, defer)
-        if run.waiting is None:
-            run.turn = self._after_calls(run)
-            self._play_turn(run, None, defer)
-
-    def _after_calls(self, run: _CallRun) -> Generator[ModelRequest, Any, None]:
-        """The step once its calls ran: the calls reported (`on_calls`), or the answer's consequence
-        (`answer_turn`); then, where the step ends the episode, its end (`end_turn`)."""
-        assert self.task is not None
-        if run.runs_calls:
-            self.on_calls(run.calls, run.errors, run.results)
-        else:
-            run.answered = yield from self.answer_turn(self.parsed.content)
-        terminated = run.answered is not None and run.answered[1]
-        run.truncated = not terminated and not self.done and self.steps >= (self.task.max_turns or self.max_turns)
-        # A step whose imagined result was unusable ends in abort (step()), unless it ends at the limit anyway.
-        if terminated or run.truncated:
-            run.ended = yield from self.end_turn()
-
-    def _play_turn(self, run: _CallRun, answer: str | Exception | None, defer: bool) -> None:
-        """Run the rest of the step on (sent ``answer``; None starts it) to its next user or judge request
-        (``defer``), or to its end, each request answered by this env's own user or judge."""
-        assert run.turn is not None
+    def _play_on(self, answer: Any) -> PendingStep:
+        """Send the step in flight ``answer`` (None starts it) and keep what it yields next: a request, or its
+        outcome; a hook or check that raised ends the step, as it does in a whole step."""
+        flight = self._in_flight
+        assert flight is not None
         try:
-            if not defer:
-                play_here(run.turn, self._answer_here, answer)
-            else:
-                try:
-                    run.waiting = (None, run.turn.send(answer))
-                    return
-                except StopIteration:
-                    pass
+            flight.request = flight.play.send(answer)
+        except StopIteration as done:
+            flight.request, flight.outcome = None, done.value
         except BaseException:
-            self._in_flight = None  # a hook that raised ends the step, as it does in a whole step
+            self._in_flight = None
             raise
-        run.turn, run.settled = None, True
+        return PendingStep(self.steps, [flight.request] if flight.request is not None else [])
 
-    def _answer_here(self, request: ModelRequest) -> str | Exception:
-        """This env's own answer to a user or judge request (`answer_user`, `answer_judge`)."""
-        return self.answer_judge(request) if request.role == "judge" else self.answer_user(request)  # type: ignore[arg-type]
+    def _answer_here(self, request: ImagineRequest | ModelRequest) -> Any:
+        """This env's own answer to a request: an imagined call's by its backend's env role (``answer_here``),
+        a user's turn by `answer_user`, a verdict by `answer_judge`."""
+        if request.role == "judge":
+            return self.answer_judge(request)  # type: ignore[arg-type]
+        if request.role == "user":
+            return self.answer_user(request)  # type: ignore[arg-type]
+        return self.backend.answer_here(request)  # type: ignore[union-attr]
 
-    def _start_calls(self, calls: list[ToolCall], errors: list[CallError]) -> _CallRun:
-        """Show the backend the conversation, and the agent its format ``errors`` (no call to run)."""
+    def _show_errors(self, errors: list[CallError]) -> list[str]:
+        """Show the backend the conversation, and the agent its format ``errors`` (no call to run); returns the
+        tool messages shown so far."""
         assert self.backend is not None
         bind = getattr(self.backend, "bind_conversation", None)
         if bind is not None:  # a backend whose answers depend on the conversation (an imagined one)
             bind(self.messages)
-        run = _CallRun(calls, errors)
+        shown = []
         for err in errors:
             payload = {"error": {"code": err.code.value, "message": err.message}}
             content = clip(json.dumps(payload, ensure_ascii=False), self.max_result_chars)
             call_id = self._next_call_id()
             self.messages.append({"role": "tool", "tool_call_id": call_id, "name": err.tool or "", "content": content})
-            run.shown.append(content)
-        return run
+            shown.append(content)
+        return shown
 
-    def _advance(self, run: _CallRun, defer: bool) -> None:
-        """Run ``run``'s calls in order until one waits for an imagined answer (``defer``) or none is left."""
+    def _call(self, call: ToolCall, stopped: bool) -> ToolResult | PendingCall:
+        """``call`` run on the episode's backend: its result, or (a backend whose calls wait on a model, an
+        imagined one) maybe the call pending on its request. ``stopped``: an earlier result of the message
+        was fatal, so it is not run."""
         backend = self.backend
         assert backend is not None
-        ask = getattr(backend, "begin_call", None) if defer else None
-        # The call ledger: a backend that books its own calls (replay, imagination) knows which reached a
-        # real tool; any other backend is real, and each call that passed the checks ran on it.
-        books_live = not is_self_accounting(backend)
-        while run.next < len(run.calls):
-            call = run.calls[run.next]
-            run.next += 1
-            if run.stopped:
-                result = ToolResult.failure(
-                    call, ErrorCode.TOOL_EXECUTION_ERROR, "not run: an earlier imagined result was unusable"
-                )
-            else:
-                try:
-                    asked = ask(call) if ask is not None else backend.execute(call)
-                except Exception as exc:  # a backend must not raise; contain one that does
-                    message = f"backend error: {type(exc).__name__}: {exc}"
-                    asked = ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
-                if not isinstance(asked, ToolResult):  # an imagined call: its request waits for an answer
-                    run.waiting = (call, asked)
-                    return
-                result = asked
-                if books_live and (result.error is None or result.error.code not in INVALID_CALL_CODES):
-                    LEDGER.record("live")
-            self._record_result(run, call, result)
+        if stopped:
+            message = "not run: an earlier imagined result was unusable"
+            return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
+        try:
+            if self._requesting:
+                return backend.run(call)  # type: ignore[attr-defined]  # books its own calls (the ledger): imagined ones reach no real tool
+            result = backend.execute(call)
+        except Exception as exc:  # a backend must not raise; contain one that does
+            message = f"backend error: {type(exc).__name__}: {exc}"
+            return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, message)
+        # The call ledger: a backend that books its own calls (replay) knows which reached a real tool; any
+        # other backend is real, and each call that passed the checks ran on it.
+        if not is_self_accounting(backend) and (result.error is None or result.error.code not in INVALID_CALL_CODES):
+            LEDGER.record("live")
+        return result
 
-    def _record_result(self, run: _CallRun, call: ToolCall, result: ToolResult) -> None:
-        run.results.append(result)
+    def _record_result(self, call: ToolCall, result: ToolResult) -> str:
+        """Record ``call``'s result in the episode (its record and messages); returns the content shown."""
         if result.ok:
             self.record.calls.append(ToolCall(call.name, call.arguments))
             self.record.results.append(result.content)
         content = clip(result.to_message_content(), self.max_result_chars)
         self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
-        run.shown.append(content)
+        return content
 
     def _count_calls(self, results: list[ToolResult], errors: list[CallError]) -> None:
         # A call is valid when it parsed, named an offered tool and fit its schema; "no such order" or a

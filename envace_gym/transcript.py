@@ -1,4 +1,4 @@
-"""The one renderer of a chat history as readable text (``env.render()``, the simulator prompt, the demo)."""
+"""The one renderer of a chat history as readable text (``env.render()``, the env-role prompt, the demo)."""
 
 from __future__ import annotations
 

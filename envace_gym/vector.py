@@ -412,7 +412,7 @@ def make_vector(
     *,
     env_id: str = "EnvACE-ToolCall-v0",
     imaginer: Imaginer | None = None,
-    rehearsal: dict[str, Any] | None = None,
+    imagination: dict[str, Any] | None = None,
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     copy: bool = True,
     asynchronous: bool = False,
@@ -428,8 +428,8 @@ def make_vector(
         imaginer: who imagines tool results when ``backend`` is ``self``, ``self-inline`` or
             ``simulator`` (anything with ``imagine(ImagineRequest)``, e.g. an ``LMPolicy``; one with
             ``imagine_batch`` is sent each step's requests as one batch). Each env is
-            ``envace_gym.make_env(env_id, imaginer=imaginer, rehearsal=rehearsal, **env_kwargs)``.
-        rehearsal: more ``SelfRehearsalEnv`` kwargs (``grounding``, ``on_invalid``, ``real_fraction``, ...).
+            ``envace_gym.make_env(env_id, imaginer=imaginer, imagination=imagination, **env_kwargs)``.
+        imagination: more ``SelfRehearsalEnv`` kwargs (``grounding``, ``on_invalid``, ``real_fraction``, ...).
         autoreset_mode, copy: as `ToolCallVectorEnv`.
         asynchronous: one process per env (`ToolCallAsyncVectorEnv`: dead workers reported clearly),
             for slow tools; ``collect`` then batches the env role across the workers (``vec.step`` does not).
@@ -445,8 +445,8 @@ def make_vector(
         raise ValueError(f"num_envs must be at least 1, got {num_envs}")
     if max_episode_steps is not None:
         env_kwargs["max_episode_steps"] = max_episode_steps
-    check_imaginer(env_kwargs.get("backend"), imaginer, rehearsal)  # here, not in each worker process
-    build = functools.partial(make_env, env_id, imaginer=imaginer, rehearsal=rehearsal, **env_kwargs)
+    check_imaginer(env_kwargs.get("backend"), imaginer, imagination)  # here, not in each worker process
+    build = functools.partial(make_env, env_id, imaginer=imaginer, imagination=imagination, **env_kwargs)
 
     if asynchronous:
         return ToolCallAsyncVectorEnv(

@@ -33,8 +33,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import envace_gym
-from envace_gym import TaskSuite, parse_backend_spec
+from envace_gym import TaskSuite
 from envace_gym.agents.eval.stats import wilson_interval
+from envace_gym.backends import parse_backend_spec
 from envace_gym.calls import parse_calls
 from envace_gym.imagination import Imaginer
 from envace_gym.rewards import call_match

@@ -15,6 +15,8 @@ def reference_hash(task, make_backend):
 def score(task, calls, answers, final_hash, make_backend):
     """The task's reward for these successful calls, per-turn answers and final state hash."""
     reward, _ = score_episode(
-        task, EpisodeRecord(calls, answers, final_hash), expected_state_hash=lambda: reference_hash(task, make_backend)
+        task,
+        EpisodeRecord(calls, turn_answers=answers, final_state_hash=final_hash),
+        expected_state_hash=lambda: reference_hash(task, make_backend),
     )
     return reward

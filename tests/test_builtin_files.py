@@ -195,7 +195,7 @@ def test_domain_errors_roll_back_through_the_backend(backend):
 
 
 def test_registered_backend_name():
-    b = envace_gym.make_backend("builtin/files")
+    b = envace_gym.backends.make_backend("builtin/files")
     assert {s.name for s in b.tools} >= {"find", "move", "read_file"}
 
 
@@ -358,7 +358,7 @@ def test_a_wrong_copy_content_fails_state_match(train):
         assert b.execute(c).ok
     reward, parts = score_episode(
         task,
-        EpisodeRecord(calls[:-1] + [sloppy], answers, b.state_hash()),
+        EpisodeRecord(calls[:-1] + [sloppy], turn_answers=answers, final_state_hash=b.state_hash()),
         expected_state_hash=lambda: _reference_hash(task),
     )
     assert parts == {"call_match": 1.0, "state_match": 0.0} and reward == 0.0

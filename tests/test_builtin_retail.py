@@ -204,7 +204,7 @@ def test_partial_mutation_is_rolled_back():
 
 
 def test_registered_backend_name():
-    b = envace_gym.make_backend("builtin/retail")
+    b = envace_gym.backends.make_backend("builtin/retail")
     assert {s.name for s in b.tools} >= {"find_customer", "return_item"}
 
 

@@ -16,7 +16,7 @@ from envace_gym.rewards import normalize_answer
 from envace_gym.suites import load_suite
 from envace_gym.tasks import TaskSuite
 
-DOMAINS = envace_gym.BUILTIN_DOMAINS
+DOMAINS = envace_gym.registration.BUILTIN_DOMAINS
 
 
 def test_mix_size_and_balance():

@@ -28,7 +28,7 @@ def test_registered_env_defaults_to_builtin_mix_and_passes_check_env():
     env = gym.make("EnvACE-ToolCall-v0")
     check_env(env.unwrapped)
     assert env.unwrapped.suite.name == "builtin"
-    assert set(env.unwrapped.pool.domains) == set(envace_gym.BUILTIN_DOMAINS)
+    assert set(env.unwrapped.pool.domains) == set(envace_gym.registration.BUILTIN_DOMAINS)
 
 
 def test_one_domain_by_suite_kwarg():

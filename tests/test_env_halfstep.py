@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gymnasium.wrappers import TransformReward
 
-from envace_gym import SelfRehearsalEnv, ToolCall, ToolCallEnv, format_calls
+from envace_gym import SelfRehearsalEnv, ToolCall, format_calls
 from envace_gym.agents.lm import engine as engine_module
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import tiny_policy
@@ -104,14 +104,6 @@ def test_an_action_wrapper_maps_on_the_way_in_and_a_hidden_mapping_is_refused():
 
     with pytest.raises(TypeError, match="gym.ActionWrapper"):
         half_step_route(Hidden(_env(Echo())))
-
-
-def test_the_old_run_calls_hook_is_refused_with_its_new_name():
-    with pytest.raises(TypeError, match="on_calls"):
-
-        class Old(ToolCallEnv):
-            def run_calls(self, calls, errors):
-                return "", []
 
 
 class _Picks:

@@ -192,10 +192,11 @@ def test_trajectory_holds_its_episode_and_round_trips(tmp_path):
     assert set(line) == {"episode", "policy", "token_ids", "roles", "logprobs", "env_role_samples"}
     assert load_trajectories(path) == [traj, rich]
 
-    # The former flat lines (the episode's fields at the top level) still load.
+    # A record without its episode is refused with the format it should have.
     flat = {**line.pop("episode"), **line}
     (tmp_path / "flat.jsonl").write_text(json.dumps(flat) + "\n")
-    assert load_trajectories(tmp_path / "flat.jsonl") == [rich]
+    with pytest.raises(ValueError, match="'episode'"):
+        load_trajectories(tmp_path / "flat.jsonl")
 
     bad = dict(json.loads(path.read_text().splitlines()[1]), roles=["prompt", "actor", "nobody"])
     (tmp_path / "bad.jsonl").write_text("\n" + json.dumps(bad) + "\n")

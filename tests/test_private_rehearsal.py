@@ -14,7 +14,8 @@ from envace_gym import ToolCall, format_calls
 from envace_gym.agents.rehearsal import PrivateRehearsal, condense, render_memory
 from envace_gym.agents.rollout import collect
 from envace_gym.backends import make_backend
-from envace_gym.imagination import RehearsalFork, SelfRehearsalEnv
+from envace_gym.imagination import SelfRehearsalEnv
+from envace_gym.rehearsal import RehearsalFork
 from envace_gym.tasks import RefCall, RefTurn
 
 TASK = "bank-test-0008"  # "Could you check what account A-5247 currently holds?" (one get_balance call)

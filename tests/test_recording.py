@@ -2,7 +2,9 @@
 
 import pytest
 
-from envace_gym import PythonBackend, ReferenceCallError, ReferenceRecorder, RefTurn, ToolCall, Toolkit, tool
+from envace_gym import RefTurn, ToolCall, Toolkit, tool
+from envace_gym.backends import PythonBackend
+from envace_gym.recording import ReferenceCallError, ReferenceRecorder
 
 
 class Counter(Toolkit):

@@ -139,7 +139,7 @@ def test_hostile_imagined_text_is_data_not_a_call():
 def test_parse_execution_result():
     assert parse_execution_result("<think>x</think>\n<execution_result>\n[1]\n</execution_result>") == ([1], None)
     assert parse_execution_result('<execution_result>{"a": 1}</execution_result> trailing')[0] == {"a": 1}
-    assert parse_execution_result(None)[1] == "empty simulator answer"
+    assert parse_execution_result(None)[1] == "empty env-role answer"
 
 
 def test_record_then_replay(tmp_path, test_ids):
@@ -268,7 +268,7 @@ def test_fidelity_report_plays_the_tasks_it_is_given():
         fidelity_report(factory, {"perfect": LateBound()}, 1, progress=False, task_ids=["bank-test-0000"])
 
 
-SPEC = envace_gym.ToolSpec(
+SPEC = envace_gym.tools.ToolSpec(
     "get_balance",
     returns={"type": "object", "properties": {"balance": {"type": "number"}}, "required": ["balance"]},
 )

@@ -55,8 +55,10 @@ def test_answer_normalisation():
 def test_score_is_the_product_of_bases():
     task = kv_task()
     calls = [ToolCall("put", {"key": "a", "value": 7}), ToolCall("get", {"key": "a"})]
-    good = EpisodeRecord(calls, ["a is 7"], "h1")
+    good = EpisodeRecord(calls, turn_answers=["a is 7"], final_state_hash="h1")
     reward, comps = score_episode(task, good, expected_state_hash=lambda: "h1")
     assert reward == 1.0 and comps == {"call_match": 1.0, "state_match": 1.0, "answer_match": 1.0}
-    reward, comps = score_episode(task, EpisodeRecord(calls, ["a is 7"], "h2"), expected_state_hash=lambda: "h1")
+    reward, comps = score_episode(
+        task, EpisodeRecord(calls, turn_answers=["a is 7"], final_state_hash="h2"), expected_state_hash=lambda: "h1"
+    )
     assert reward == 0.0 and comps["state_match"] == 0.0 and comps["call_match"] == 1.0

@@ -53,7 +53,7 @@ def _actor_text(prompt: str) -> str:
 
 
 def _text_for(prompt: str) -> str:
-    if "<execution_result>" in prompt:  # the prompted env role's simulator prompt
+    if "<execution_result>" in prompt:  # the prompted env role's prompt
         return "<execution_result>\n" + json.dumps(RESULT) + "\n</execution_result>"
     if prompt.rstrip().endswith("<|im_start|>tool"):  # an inline env role continues with the tool message
         return json.dumps(RESULT)

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import ast
 import copy
+import re
 from pathlib import Path
 
 import gymnasium as gym
 import pytest
 
 import envace_gym
-from envace_gym import SelfRehearsalEnv, Task, ToolCall, format_calls, parse_backend_spec
+from envace_gym import SelfRehearsalEnv, Task, ToolCall, format_calls
 from envace_gym.agents.scripted import OraclePolicy
-from envace_gym.backends import BackendCopyError, BackendSpec, make_backend
+from envace_gym.backends import BackendCopyError, BackendSpec, make_backend, parse_backend_spec
 from envace_gym.backends.mcp import MCPBackend
 from envace_gym.backends.spec import IMAGINED_KINDS, SELF_KINDS
+from envace_gym.compose import env_role_for
 from envace_gym.imagination import RealResultImaginer
 from envace_gym.rewards import register_reward_basis, reward_bases
 
@@ -43,7 +45,7 @@ def _first_mutating_task(domain: str) -> Task:
 
 
 # ---------------------------------------------------------------------------- fork
-@pytest.mark.parametrize("domain", envace_gym.BUILTIN_DOMAINS)
+@pytest.mark.parametrize("domain", envace_gym.registration.BUILTIN_DOMAINS)
 def test_fork_is_independent_both_ways(domain):
     task = _first_mutating_task(domain)
     env = gym.make("EnvACE-ToolCall-v0", suite=f"builtin/{domain}", split="test")
@@ -146,7 +148,7 @@ def test_a_registered_reward_basis_scores():
 
 
 def test_an_unregistered_basis_is_refused_when_the_task_is_built():
-    with pytest.raises(envace_gym.TaskFormatError, match="no_such_basis"):
+    with pytest.raises(envace_gym.tasks.TaskFormatError, match="no_such_basis"):
         Task(id="x", user_turns=("hi",), reward=("no_such_basis",))
 
 
@@ -217,12 +219,14 @@ class _Echo:
 def test_make_env_composes_an_imagined_backend_over_the_real_one(backend):
     spec = parse_backend_spec(backend)
     env = envace_gym.make_env(
-        "EnvACE-ToolCall-v0", backend=backend, imaginer=_Echo(), rehearsal={"on_invalid": "error_observation"}
+        "EnvACE-ToolCall-v0", backend=backend, imaginer=_Echo(), imagination={"on_invalid": "error_observation"}
     )
     assert isinstance(env, SelfRehearsalEnv) and env.mode == spec.imagination_mode
     assert env.on_invalid == "error_observation" and env.unwrapped.backend_spec == "real"
-    wrapped = envace_gym.rehearse(gym.make("EnvACE-ToolCall-v0"), spec, _Echo())
+    built = gym.make("EnvACE-ToolCall-v0")  # an env already built: make_env only composes it
+    wrapped = envace_gym.make_env(built, backend=spec, imaginer=_Echo(), imagination={"grounding": "none"})
     assert isinstance(wrapped, SelfRehearsalEnv) and wrapped.mode == spec.imagination_mode
+    assert wrapped.env is built and wrapped.imagined.grounding == "none"
 
 
 def test_make_env_leaves_a_real_backend_unwrapped_and_refuses_a_missing_or_stray_imaginer():
@@ -232,13 +236,15 @@ def test_make_env_leaves_a_real_backend_unwrapped_and_refuses_a_missing_or_stray
     factory = lambda task: make_backend(task.backend)  # noqa: E731  (a per-task backend, passed as is)
     assert envace_gym.make_env(backend=factory).unwrapped.backend_spec is factory
     plain = gym.make("EnvACE-ToolCall-v0")
-    assert envace_gym.rehearse(plain, "real") is plain
+    assert envace_gym.make_env(plain, backend="real") is envace_gym.make_env(plain) is plain
     with pytest.raises(ValueError, match="pass imaginer="):
         envace_gym.make_env(backend="self-inline")
     with pytest.raises(ValueError, match="apply only to backend="):
         envace_gym.make_env(backend="real", imaginer=_Echo())
     with pytest.raises(ValueError, match="apply only to backend="):
-        envace_gym.rehearse(plain, "real", rehearsal_kwarg=1)
+        envace_gym.make_env(plain, backend="real", imagination={"grounding": "none"})
+    with pytest.raises(ValueError, match="an env already built takes none"):
+        envace_gym.make_env(plain, suite="builtin/bank")
 
 
 @pytest.mark.parametrize(
@@ -247,14 +253,15 @@ def test_make_env_leaves_a_real_backend_unwrapped_and_refuses_a_missing_or_stray
 )
 def test_one_function_decides_who_plays_the_env_role(backend, plays):
     policy, simulator = _Echo(), _Echo()
-    chosen = envace_gym.env_role_for(backend, policy=policy, simulator=simulator)
+    chosen = env_role_for(backend, policy=policy, simulator=simulator)
     assert chosen is {"policy": policy, "simulator": simulator, None: None}[plays]
     if plays is not None:
         with pytest.raises(ValueError, match=f"needs {plays}="):
-            envace_gym.env_role_for(backend, **{"policy" if plays == "simulator" else "simulator": _Echo()})
+            env_role_for(backend, **{"policy" if plays == "simulator" else "simulator": _Echo()})
         env = envace_gym.make_env(backend=backend, policy=policy, simulator=simulator)  # make_env asks it too
         assert env.get_wrapper_attr("imaginer") is chosen
-    assert not isinstance(envace_gym.rehearse(gym.make("EnvACE-ToolCall-v0"), "real", policy=policy), SelfRehearsalEnv)
+    built = envace_gym.make_env(gym.make("EnvACE-ToolCall-v0"), backend="real", policy=policy)
+    assert not isinstance(built, SelfRehearsalEnv)
 
 
 def test_the_evaluation_order_is_seeded_balanced_and_covers_every_task_first():
@@ -264,7 +271,7 @@ def test_the_evaluation_order_is_seeded_balanced_and_covers_every_task_first():
     assert [t.id for t in pool.episode_order(seed=3)] == [t.id for t in order]
     assert [t.id for t in pool.episode_order(seed=4)] != [t.id for t in order]
     prefix = [t.domain for t in order[:8]]
-    assert all(prefix.count(d) == 2 for d in envace_gym.BUILTIN_DOMAINS)  # any prefix is balanced
+    assert all(prefix.count(d) == 2 for d in envace_gym.registration.BUILTIN_DOMAINS)  # any prefix is balanced
     assert len(pool.episode_order(len(pool) + 5, seed=3)) == len(pool) + 5
 
 
@@ -279,6 +286,46 @@ def test_the_env_counts_valid_and_invalid_calls():
     _, _, _, _, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-0000"})]))
     assert info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR"
     assert info["call_counts"] == {"ok": 2, "failed": 3}
+
+
+# ---------------------------------------------------------------------------- a small public surface
+#: The top level: what a user of the envs writes (the envs and the one composition function, tasks and
+#: suites, tools, calls and the registries). Everything else is imported from its own module.
+TOP_LEVEL = {
+    *("ToolCallEnv", "ToolCallVectorEnv", "SelfRehearsalEnv", "make_env"),
+    *("Task", "TaskSuite", "RefCall", "RefTurn", "load_suite", "register_suite"),
+    *("Toolkit", "tool", "register_backend", "register_reward_basis", "ToolCall", "format_calls"),
+}
+
+
+def _bound_at_top(path: Path) -> set[str]:
+    """The names ``path``'s module statements bind (imports, definitions, assignments)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_the_top_level_is_the_agreed_list_and_re_exports_nothing_else():
+    import types
+
+    assert len(envace_gym.__all__) == len(TOP_LEVEL) and set(envace_gym.__all__) == TOP_LEVEL
+    public = {n for n in _bound_at_top(CORE / "__init__.py") if not n.startswith("_")}
+    assert public == TOP_LEVEL  # each name of __all__ is defined or imported there, and no other public one
+    assert all(getattr(envace_gym, n) is not None for n in TOP_LEVEL)
+    # At run time too: besides __all__, only submodules (envace_gym.backends, ...) are public attributes.
+    others = {n for n, v in vars(envace_gym).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
+    assert others == TOP_LEVEL
+    for gone in ("rehearse", "env_role_for", "parse_backend_spec", "BUILTIN_DOMAINS", "ImagineRequest"):
+        assert not hasattr(envace_gym, gone)
 
 
 # ---------------------------------------------------------------------------- layering
@@ -397,27 +444,37 @@ def test_the_trainer_composes_its_envs_as_the_backend_spec_says(backend):
         assert isinstance(env, SelfRehearsalEnv) == (mode is not None)
         if mode is not None:
             assert env.mode == mode
-            assert env.policy is (trainer.simulator if backend == "simulator" else policy)
+            assert env.imaginer is (trainer.simulator if backend == "simulator" else policy)
 
 
-def test_the_old_names_still_work_for_one_release_with_a_warning():
+def test_no_deprecated_alias_remains():
+    """0.1.0 was never released: no alias kept "for one release" (no module, name or info key that only
+    forwards to a new one), no DeprecationWarning raised by the package. ``envace_gym.rehearsal`` is
+    test-time rehearsal's own package, no longer an alias of the env role's (``envace_gym.imagination``)."""
     import importlib
-    import sys
 
-    import envace_gym.imagination.halfstep as halfstep
+    import envace_gym.imagination as imagination
+    import envace_gym.rehearsal as rehearsal
 
-    for name in [m for m in sys.modules if m == "envace_gym.rehearsal" or m.startswith("envace_gym.rehearsal.")]:
-        del sys.modules[name]  # import it afresh: the warning is given on import
-    with pytest.warns(DeprecationWarning, match="envace_gym.imagination"):
-        old = importlib.import_module("envace_gym.rehearsal")
-    assert old.SelfRehearsalEnv is SelfRehearsalEnv
-    assert importlib.import_module("envace_gym.rehearsal.halfstep") is halfstep
-
+    assert sorted(rehearsal.__all__) == ["DetachedBackend", "ImaginedUser", "RehearsalFork"]
+    forwarded = {n for n, v in vars(imagination).items() if not n.startswith("_") and vars(rehearsal).get(n) is v}
+    assert forwarded == set()  # nothing of the env role's package is re-exported
+    for module in ("backend", "halfstep", "prompt", "protocol", "wrapper"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"envace_gym.rehearsal.{module}")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in (CORE, ROOT / "agents", ROOT / "envs")
+        for path in sorted(folder.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"DeprecationWarning|DEPRECATED_|for one release|deprecated alias", line)
+    ]
+    assert not offenders, offenders
     env = SelfRehearsalEnv(gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test"), _Echo())
     env.reset(seed=0)
     call = '<tool_call>\n{"name": "get_balance", "arguments": {"account_id": "A-1"}}\n</tool_call>'
     _, _, _, _, info = env.step(call)
-    assert info["env_role_samples"] and info["rehearsal"] is info["env_role_samples"]
+    assert info["env_role_samples"] and "rehearsal" not in info
 
 
 # ---------------------------------------------------------------------------- public Gymnasium API only
@@ -480,3 +537,23 @@ def test_only_gymnasiums_public_vector_api_is_used():
     found = [hit for folder in PUBLIC_GYM_ONLY for path in folder.rglob("*.py")
              for hit in _gymnasium_internals_used(path, names, commands)]  # fmt: skip
     assert found == []
+
+
+def test_a_step_is_one_generator_with_no_flag_threaded_through():
+    """House rules of the step: no ``defer`` parameter, no ``begin_call``/``finish_call`` pair found on a backend,
+    no ``ask`` callback into the policy in the half-step module, and every request names who answers it."""
+    import inspect
+
+    from envace_gym.env import ToolCallEnv
+    from envace_gym.imagination import ImagineRequest, JudgeRequest, UserRequest
+
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in (CORE, ROOT / "agents", ROOT / "envs", ROOT / "benchmarks")
+        for path in sorted(folder.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bdefer\b|begin_call|finish_call|\bask=", line)
+    ]
+    assert not offenders, offenders
+    assert inspect.isgeneratorfunction(ToolCallEnv.play_step)
+    assert [r.role for r in (ImagineRequest, UserRequest, JudgeRequest)] == ["env_role", "user", "judge"]

@@ -14,7 +14,7 @@ from envace_gym.envs.builtin import SPLIT_SIZES
 from envace_gym.envs.builtin._common import SPLITS, world_ids
 from envace_gym.suites import load_suite
 
-DOMAINS = envace_gym.BUILTIN_DOMAINS
+DOMAINS = envace_gym.registration.BUILTIN_DOMAINS
 
 # sha256 of json.dumps([t.to_dict() for t in <domain's train and test tasks>], sort_keys=True), computed at
 # da9cfcc, the commit before val and test-id were added.

@@ -142,7 +142,7 @@ def _fake_trainer(policy, max_completion_length=None):
 
 
 @pytest.mark.parametrize("train_env_role", [True, False])
-def test_inline_rehearsal_env_mask_follows_train_env_role(monkeypatch, train_env_role):
+def test_inline_imagination_env_mask_follows_train_env_role(monkeypatch, train_env_role):
     """self-inline: the env role's answer sits in the actor's stream; train_env_role puts it in env_mask."""
     task = _one_call_task()
     call = task.reference_calls[0]

@@ -18,7 +18,9 @@ from envace_gym.suites import load_suite, suite_names
 # A user's module: a toolkit, its backend and a suite whose references are recorded on the real tools.
 # NAME is replaced per test, so each module registers names no other test has.
 USER_MODULE = '''
-from envace_gym import PythonBackend, ReferenceRecorder, TaskSuite, Toolkit, register_backend, register_suite, tool
+from envace_gym import TaskSuite, Toolkit, register_backend, register_suite, tool
+from envace_gym.backends import PythonBackend
+from envace_gym.recording import ReferenceRecorder
 
 
 class Counter(Toolkit):
@@ -174,7 +176,7 @@ def test_importing_envace_gym_reads_no_entry_point(tmp_path):
         "import envace_gym\n"
         "from envace_gym import backends, suites\n"
         "print(backends._BACKENDS._group_read, suites._SUITES._group_read)\n"
-        "envace_gym.suite_names()\n"
+        "suites.suite_names()\n"
         "print(suites._SUITES._group_read)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)

@@ -14,8 +14,9 @@ from envace_gym.agents.rollout import collect
 from envace_gym.env import ToolCallEnv
 from envace_gym.envs.tau2.env import Tau2Env
 from envace_gym.envs.tau2.users import LMUser
-from envace_gym.imagination import ImaginedUser, JudgeRequest, UserRequest, roles_of, user_of
+from envace_gym.imagination import JudgeRequest, UserRequest, roles_of, user_of
 from envace_gym.imagination.halfstep import begin_step
+from envace_gym.rehearsal import ImaginedUser
 
 TASK = "mock-update_task_1"
 
@@ -252,3 +253,32 @@ def test_a_judge_that_raises_in_the_loop_rules_no_and_says_why():
     collect([env], OraclePolicy(env.unwrapped.suite), 1, task_ids=[JUDGED], progress=False)
     assert not any(env.unwrapped.tau2_score().checks["nl_assertions"])
     assert "the judge broke" in env.unwrapped._result_info["judge_error"]
+
+
+class Failing:
+    """A text policy whose every message is a call to a tool that does not exist (each one a failed call)."""
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, obs, info) -> str:
+        return format_calls([ToolCall("nope", {})])
+
+
+def test_an_episode_cut_by_max_errors_ends_through_the_steps_play(monkeypatch):
+    """tau2's max_errors ends the episode inside the step's play (`limit_reached`), through `end_turn` like
+    any other end, so a judge it needed would be a request; tau2 scores the cut episode 0 without one."""
+    _Stepping.guard(monkeypatch)
+    ends = []
+    original = Tau2Env.end_turn
+
+    def end_turn(self):
+        ends.append(self.log.termination)
+        return (yield from original(self))
+
+    monkeypatch.setattr(Tau2Env, "end_turn", end_turn)
+    judge = JudgeModel()
+    env = gym.make("EnvACE-Tau2-v0", domain="mock", split=None, judge=judge, max_errors=2)
+    trajs = collect([env], Failing(), 1, task_ids=[JUDGED], progress=False)
+    assert ends == ["too_many_errors"] and env.unwrapped.steps == 2 and trajs[0].reward == 0.0
+    assert judge.batches == [] and judge.single == 0  # nothing to judge on a cut episode

@@ -240,13 +240,13 @@ def _play(vec_or_envs, suite, steps=4):
 def test_the_native_vector_env_sends_each_steps_env_role_as_one_batch_with_unchanged_results():
     role = EchoRole()
     # The echo breaks the tools' returns schemas: an error observation, so the episodes go on.
-    rehearsal = {"on_invalid": "error_observation"}
-    vec = gym.make_vec("EnvACE-ToolCall-v0", num_envs=4, backend="self", imaginer=role, rehearsal=rehearsal, **BANK)
+    imagination = {"on_invalid": "error_observation"}
+    vec = gym.make_vec("EnvACE-ToolCall-v0", num_envs=4, backend="self", imaginer=role, imagination=imagination, **BANK)
     suite = vec.envs[0].unwrapped.suite
     batched, batched_messages = _play(vec, suite)
     vec.close()
     one = OneByOne()
-    singles = [SelfRehearsalEnv(_single(), one, **rehearsal) for _ in range(4)]
+    singles = [SelfRehearsalEnv(_single(), one, **imagination) for _ in range(4)]
     alone, alone_messages = _play(singles, suite)
     assert batched == alone and batched_messages == alone_messages
     assert "'args': {'owner': 'Bilal Okafor'}" in batched_messages[1][3]["content"]  # the env role answered
@@ -297,7 +297,7 @@ def test_make_vector_says_what_an_imagined_backend_needs():
         make_vector(2, backend="self", **BANK)
     with pytest.raises(ValueError, match="apply only to backend='self'"):
         make_vector(2, imaginer=EchoRole(), **BANK)
-    vec = make_vector(2, backend="self-inline", imaginer=EchoRole(), rehearsal={"on_invalid": "error_observation"})
+    vec = make_vector(2, backend="self-inline", imaginer=EchoRole(), imagination={"on_invalid": "error_observation"})
     assert [e.get_wrapper_attr("mode") for e in vec.envs] == ["inline", "inline"]
     assert vec.envs[0].get_wrapper_attr("on_invalid") == "error_observation"
     vec.close()

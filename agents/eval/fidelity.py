@@ -36,7 +36,7 @@ from envace_gym.agents.rollout import collect
 from envace_gym.agents.scripted import OraclePolicy
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import canonical_json
-from envace_gym.compose import rehearse
+from envace_gym.compose import make_env
 from envace_gym.imagination import BatchImaginer, Imaginer, parse_execution_result, parse_inline_result
 from envace_gym.imagination.fidelity import leaf_f1, leaf_recall
 from envace_gym.tools import ToolSpec
@@ -127,7 +127,7 @@ def fidelity_report(
     """Compare each imaginer's results with the real ones on ``episodes`` oracle episodes with tool calls.
 
     ``imaginers`` maps a backend name to an imaginer (prompted mode) or to ``(imaginer, mode)``.
-    ``grounding="none"`` withholds the reference examples from the simulator prompt (a harder test: with
+    ``grounding="none"`` withholds the reference examples from the env-role prompt (a harder test: with
     reference grounding the real result of a reference call is among the examples; inline mode never
     shows examples). An imaginer with ``imagine_batch`` (an ``LMPolicy``) answers ``batch_size`` episodes
     at a time, in batches. The tasks are a ``seed``-shuffle of the env's pool (its split), or ``task_ids``
@@ -138,11 +138,12 @@ def fidelity_report(
         imaginer, mode = entry if isinstance(entry, tuple) else (entry, "prompted")
         spec = BackendSpec.self_imagined_as(mode)  # an unknown mode is refused here
 
-        def make_env(spec: BackendSpec = spec, imaginer: Imaginer = imaginer) -> Any:
-            return rehearse(env_factory(), spec, imaginer, grounding=grounding, on_invalid="error_observation")
+        def build(spec: BackendSpec = spec, imaginer: Imaginer = imaginer) -> Any:
+            settings = {"grounding": grounding, "on_invalid": "error_observation"}
+            return make_env(env_factory(), backend=spec, imaginer=imaginer, imagination=settings)
 
         with tqdm(total=len(tasks), desc=f"fidelity {name}", disable=not progress, unit="ep") as bar:
-            played = _play_oracle(tasks, make_env, imaginer, batch_size, bar)
+            played = _play_oracle(tasks, build, imaginer, batch_size, bar)
         calls: list[dict[str, Any]] = []
         for task, _, answers in played:
             specs = {s.name: s for s in task.tool_specs}
@@ -186,13 +187,13 @@ def _by_tool(calls: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def _play_oracle(
-    tasks: list[Any], make_env: Callable[[], Any], imaginer: Imaginer, batch_size: int, bar: Any
+    tasks: list[Any], build: Callable[[], Any], imaginer: Imaginer, batch_size: int, bar: Any
 ) -> list[tuple[Any, dict[str, Any], list[tuple[str, str]]]]:
     """Play each task's oracle episode with ``imaginer`` answering; ``(task, last info, env-role answers)``
     in task order. Through the episode loop: an imaginer with ``imagine_batch`` (an ``LMPolicy``) answers
     ``batch_size`` episodes at a time, each round's requests in one call (the envs' half-steps)."""
     workers = min(batch_size, len(tasks)) if isinstance(imaginer, BatchImaginer) else 1
-    envs = [make_env() for _ in range(workers)]
+    envs = [build() for _ in range(workers)]
     oracles = [OraclePolicy(envs[0].unwrapped.suite) for _ in envs]
     played: dict[str, tuple[dict[str, Any], list[tuple[str, str]]]] = {}
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envace_gym import rehearse
+from envace_gym import make_env
 from envace_gym.agents.integrations.rows import split_trajectory, trained_roles
 from envace_gym.agents.lm.engine import SamplingConfig
 from envace_gym.agents.lm.policy import LMPolicy
@@ -118,7 +118,7 @@ class EnvACERolloutFunc:
     def _env_batch(self, n: int, policy: LMPolicy) -> list[gym.Env]:
         while len(self._envs) < n:
             env = self.env_factory()
-            env = rehearse(env, self.backend, policy=policy)  # the env role: see env_role_for
+            env = make_env(env, backend=self.backend, policy=policy)  # the env role: see env_role_for
             self._envs.append(env)
         return self._envs[:n]
 
@@ -184,7 +184,7 @@ def make_rollout_func(
     Args:
         env_id: a registered envace-gym env id.
         backend: ``real`` or any backend string the env takes (``replay:PATH``, ``mcp:...``), or ``self`` /
-            ``self-inline``: the trainer's model imagines every tool result (from a simulator prompt, or in its
+            ``self-inline``: the trainer's model imagines every tool result (from an env-role prompt, or in its
             own context).
         train_env_role: (``self-inline``) put the env role's tokens in ``env_mask`` too, so TRL trains them with
             the episode's advantage: EnvACE's joint objective with TRL's grouping by prompt.

@@ -172,13 +172,13 @@ class EnvACEAgentLoop(AgentLoopBase):
     Args:
         env_id: a registered envace-gym env id.
         backend: ``real``, ``replay:PATH``, ``cache:PATH``, ``mcp:...``, or ``self`` / ``self-inline``: the
-            served model imagines every tool result (from a simulator prompt, or in its own context).
+            served model imagines every tool result (from an env-role prompt, or in its own context).
         env_kwargs: ``gym.make``'s kwargs (``suite``, ``split``, ``max_turns``, ...); a row's ``suite``
             overrides the suite.
         max_new_tokens: tokens per generated turn at most (``rollout.response_length`` bounds the episode).
         train_env_role: (``self-inline``) ``response_mask`` 1 on the inline env role's answers too, so verl
             trains them with the episode's advantage.
-        rehearsal: more ``SelfRehearsalEnv`` kwargs under an imagined backend (``grounding``, ...).
+        imagination: more ``SelfRehearsalEnv`` kwargs under an imagined backend (``grounding``, ...).
     """
 
     def __init__(
@@ -189,7 +189,7 @@ class EnvACEAgentLoop(AgentLoopBase):
         env_kwargs: dict[str, Any] | None = None,
         max_new_tokens: int = 256,
         train_env_role: bool = False,
-        rehearsal: dict[str, Any] | None = None,
+        imagination: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.pop("name", None)  # the config entry's own name, passed on by hydra
@@ -200,7 +200,7 @@ class EnvACEAgentLoop(AgentLoopBase):
         if self.spec.imagined and not self.spec.self_imagined:
             raise ValueError(f"backend {str(self.spec)!r} needs a simulator model of its own: use self or self-inline")
         self.env_kwargs = dict(_plain(env_kwargs) or {})
-        self.rehearsal = dict(_plain(rehearsal) or {})
+        self.imagination = dict(_plain(imagination) or {})
         self.max_new_tokens = int(max_new_tokens)
         self.trained_roles = trained_roles(str(self.spec), bool(train_env_role), "verl")
         self.prompt_length = int(self.rollout_config.prompt_length)
@@ -260,7 +260,7 @@ class EnvACEAgentLoop(AgentLoopBase):
             self.env_id,
             backend=self.spec,
             policy=policy,  # the env role under self/self-inline (env_role_for)
-            rehearsal=self.rehearsal or None,
+            imagination=self.imagination or None,
             **env_kwargs,
         )
         try:

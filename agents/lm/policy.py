@@ -193,7 +193,7 @@ class LMPolicy:
         return self.generate_ids([e[0] for e in encoded], sampling=sampling, prefix_lens=[e[1] for e in encoded])
 
     def imagine(self, request: ImagineRequest, sampling: SamplingConfig | None = None) -> Generation:
-        """The environment role's answer to one simulator prompt."""
+        """The environment role's answer to one env-role prompt."""
         return self.imagine_batch([request], sampling)[0]
 
     def imagine_batch(
@@ -202,7 +202,7 @@ class LMPolicy:
         sampling: SamplingConfig | None = None,
         generator: torch.Generator | None = None,
     ) -> list[Generation]:
-        """Env-role answers: prompted requests from their simulator prompt; inline ones continue the actor's
+        """Env-role answers: prompted requests from their env-role prompt; inline ones continue the actor's
         conversation with a tool message (from its exact token context and KV cache when given). They draw
         from ``generator`` (the rollout's env-role stream, which ``collect`` keeps); without one, from this
         policy's own stream (seeded from ``sampling.seed + 1`` on first use, or by `reseed`)."""

@@ -73,8 +73,9 @@ from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNot
 from envace_gym.agents.rollout.loop import Trajectory, collect
 from envace_gym.backends.spec import BackendSpec
 from envace_gym.calls import parse_calls, tool_calls_to_openai, tool_names_of
-from envace_gym.compose import rehearse
-from envace_gym.imagination import Imaginer, RehearsalFork
+from envace_gym.compose import make_env
+from envace_gym.imagination import Imaginer
+from envace_gym.rehearsal import RehearsalFork
 
 from .memory import (
     MEMORY_HEADER,
@@ -146,12 +147,12 @@ class PrivateRehearsal(PolicyHooks):
             characters a token).
         imaginer: who imagines tool results in rehearsal (anything with ``imagine(request)``); default: the
             policy itself (world rehearsal). Required for a text policy.
-        user: who plays the user in rehearsal where the user is part of the world (tau2, whose simulator
+        user: who plays the user in rehearsal where the user is part of the world (tau2, whose user model
             reads the task's scenario): anything with ``act(messages, tools)``, shown only the conversation
             the agent saw (see `ImaginedUser`); default: the policy itself (an
             LM policy). Its tokens count in ``rehearsal_tokens`` (and ``user_tokens``). Envs with scripted
             user turns do not use it.
-        env_role_mode: ``"prompted"`` (the paper's simulator prompt) or ``"inline"``.
+        env_role_mode: ``"prompted"`` (the paper's env-role prompt) or ``"inline"``.
         temperature: the actor's sampling temperature in rehearsal (rehearsals differ only if it is above 0);
             the env role answers with the policy's own sampling.
         each_user_turn: rehearse again before each later user turn of a multi-turn task (memory mode; select
@@ -429,7 +430,8 @@ class PrivateRehearsal(PolicyHooks):
     def _play(self, forks: Sequence[RehearsalFork], memos: Sequence[str | None]) -> list[Trajectory]:
         """One rehearsal on each fork (all in one ``collect`` call); ``memos[j]``: the note fork j's actor sees."""
         backend = BackendSpec.self_imagined_as(self.env_role_mode)
-        envs = [rehearse(fork.sibling(), backend, self.imaginer, grounding="none", on_invalid="end") for fork in forks]
+        blind = {"grounding": "none", "on_invalid": "end"}
+        envs = [make_env(fork.sibling(), backend=backend, imaginer=self.imaginer, imagination=blind) for fork in forks]
         self._round += 1
         seed = self.seed + 1000 * self._round
         notes = {id(env): memo for env, memo in zip(envs, memos, strict=True)}

@@ -12,7 +12,7 @@ of the committed episode:
 2. the draft is parsed as the env parses it (``parse_calls``, at most the env's ``max_calls_per_step``
    calls). Each call that is **state-changing** (`is_read_only`) and passes the deterministic checks
    (a call they reject changes nothing and the env reports it anyway) is predicted by the env role, from
-   the request an `ImaginedBackend` builds for it (the prompted simulator
+   the request an `ImaginedBackend` builds for it (the prompted env-role
    prompt, exactly as an imagined call of the env is asked, over the task made blind and without
    reference examples: nothing of the reference reaches it). Each call is predicted from the conversation
    up to and including the draft, without the results of the draft's other calls (they have not run).
@@ -52,6 +52,7 @@ import gymnasium as gym
 
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, TurnContext
+from envace_gym.backends import ToolResult
 from envace_gym.calls import ToolCall, canonical_json, parse_calls, tool_calls_to_openai
 from envace_gym.imagination import ImaginedBackend, Imaginer, ImagineRequest
 from envace_gym.imagination.halfstep import answer_requests
@@ -226,7 +227,8 @@ class VerifiedCalls(PolicyHooks):
         backend.reset(base.task.blind())
         assistant = {"role": "assistant", "content": text, "tool_calls": tool_calls_to_openai(calls)}
         backend.bind_conversation([*info["messages"], assistant])
-        asked = [(c, r) for c in todo if isinstance(r := backend.begin_call(c), ImagineRequest)]
+        # each call's request to the env role (a call the checks refused makes none); never answered here
+        asked = [(c, next(p)) for c in todo if not isinstance(p := backend.run(c), ToolResult)]
         return len(calls), asked
 
     def _revision_context(

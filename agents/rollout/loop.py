@@ -22,9 +22,12 @@ trainer read the same record. `evaluate` and
 
 **The env role is a half-step the loop drives.** Each step, every env begins its step (``halfstep.begin_step``
 through its action wrappers to ``ToolCallEnv.begin_step``: parse, checks, real calls) and hands back its imagined
-calls as requests; the loop answers all of them in one engine call per round (``imagine_batch``, with
-``env_role_sampling`` passed in, never set on the policy), an inline request continuing the actor's token stream
-that the loop holds, and each env ends its step through its wrappers (``env.step(action)``, the same action); a
+calls, model users' turns and model judges' verdicts as requests (``halfstep.begin_steps``); the loop owns the
+rounds: it adds each inline request's actor context (the token stream it holds, by env index), answers every
+request of the round in one engine call per model (``halfstep.answer_round``: ``imagine_batch`` with
+``env_role_sampling`` passed in, never set on the policy) and hands the answers back
+(``halfstep.continue_steps``) until no env waits, top to bottom with no callback into the policy; then each env
+ends its step through its wrappers (``env.step(action)``, the same action); a
 process vector env's workers do the same, so the env role is batched across processes too (`remote`). We chose
 this over an asyncio design (an episode coroutine per env, with one engine scheduler batching actor and env-role
 requests): the env's hooks (``on_calls``, ``on_answer``, benchmark envs' overrides) and its backends are
@@ -39,7 +42,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,8 +55,16 @@ from envace_gym.agents.lm.conversation import Conversation
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext
 from envace_gym.agents.rollout.remote import RemoteEnv, RemoteEnvs
-from envace_gym.imagination import EnvRoleSample, Imaginer, ImagineRequest, ModelRole
-from envace_gym.imagination.halfstep import EnvGroup, LocalEnvs, imaginer_of, roles_of, step_envs
+from envace_gym.imagination import EnvRoleSample, Imaginer, ModelRole
+from envace_gym.imagination.halfstep import (
+    EnvGroup,
+    LocalEnvs,
+    answer_round,
+    begin_steps,
+    continue_steps,
+    imaginer_of,
+    roles_of,
+)
 from envace_gym.jsonl import read_jsonl
 from envace_gym.vector import ToolCallVectorEnv
 
@@ -193,12 +204,11 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
-        """Read `to_dict`'s record (or the former flat one, the episode's fields at the top level)."""
+        """Read `to_dict`'s record."""
         data = dict(data)
-        if "episode" in data:
-            episode = EpisodeResult(**data.pop("episode"))
-        else:
-            episode = EpisodeResult(**{f.name: data.pop(f.name) for f in fields(EpisodeResult) if f.name in data})
+        if "episode" not in data:
+            raise ValueError("a trajectory record holds its episode under 'episode' (see Trajectory.to_dict)")
+        episode = EpisodeResult(**data.pop("episode"))
         samples = [EnvRoleSample.from_dict(s) for s in data.pop("env_role_samples", [])]
         traj = cls(episode, env_role_samples=samples, **data)
         if not (len(traj.token_ids) == len(traj.roles) == len(traj.logprobs)):
@@ -322,7 +332,7 @@ def _hook(actor: Any, name: str) -> Callable[..., list] | None:
 
 
 def _imaginer(env: gym.Env | RemoteEnv, group: EnvGroup, index: int, lm: LMPolicy | None) -> Imaginer | None:
-    """Who answers env ``index``'s env-role requests in the loop: its own rehearsal wrapper's imaginer (in this
+    """Who answers env ``index``'s env-role requests in the loop: its own imagination wrapper's imaginer (in this
     process), or the LM policy for a worker's whose imaginer is a copy of that policy (its ``name``); None
     where nothing is imagined, or a worker's env role answers in its own process."""
     if isinstance(group, RemoteEnvs):
@@ -488,7 +498,11 @@ def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: EnvGroup, bo
             break
         actions = side.act(active)
         indices = [s.index for s in active]
-        outcomes = step_envs(group, indices, actions, imaginers, *env_role, ask=side.ask, roles=roles)
+        # The envs' steps, their requests answered round by round: one call per model and round.
+        pending = begin_steps(group, indices, actions, imaginers, roles)
+        while pending:
+            pending = continue_steps(group, answer_round(side.with_context(pending), imaginers, roles, *env_role))
+        outcomes = group.step(indices, actions)  # ends each step through its env's wrappers
         still, fresh, turned = [], [], []
         for slot, outcome in zip(active, outcomes, strict=True):
             side.observe(slot, outcome[4])
@@ -592,9 +606,10 @@ class _LMActors:
         choices = self.choose_hook([s.env for s in slots], [s.obs for s in slots], [s.info for s in slots], self.ctx)
         return _chosen(slots, choices)
 
-    def ask(self, request: ImagineRequest, index: int) -> ImagineRequest:
-        """An env-role request of env ``index``: its conversation is the inline context."""
-        return _conversation(self.by_index[index]).ask(request)
+    def with_context(self, requests: dict[int, Any]) -> dict[int, Any]:
+        """Each env's request, an env-role one continuing that env's conversation (the inline context: the
+        actor's exact tokens and cache key, which stay on this side, by env index)."""
+        return {i: _conversation(self.by_index[i]).ask(r) if r.role == "env_role" else r for i, r in requests.items()}
 
     def observe(self, slot: _Slot, info: dict[str, Any]) -> None:
         """The step's env-role samples; inline answers continue the actor's stream."""
@@ -616,13 +631,14 @@ class _TextActors:
     """How text policies act in the loop: each env's own policy, its hooks for its own env (a text policy
     reads its notes from ``info["note"]``)."""
 
-    ask = None  # a text policy's env-role requests need no context from the loop
-
     def __init__(self, ctx: TurnContext) -> None:
         self.ctx = ctx
 
     def name(self, slot: _Slot) -> str:
         return _policy_name(slot.actor)
+
+    def with_context(self, requests: dict[int, Any]) -> dict[int, Any]:
+        return requests  # a text policy's env-role requests need no context from the loop
 
     def prepare(self, slots: list[_Slot]) -> None:
         """Each policy's own hook, one env at a time."""

@@ -72,7 +72,7 @@ class EnvACEConfig:
     backend: str = field(
         default="self",
         metadata={
-            "help": "who answers tool calls during training: self (the policy imagines them from a simulator "
+            "help": "who answers tool calls during training: self (the policy imagines them from an env-role "
             "prompt: EnvACE), self-inline (it writes them in its own context), real (plain GRPO on the real "
             "backends) or simulator (a frozen external model, --simulator)"
         },
@@ -95,7 +95,7 @@ class EnvACEConfig:
     grounding: str = field(
         default="reference",
         metadata={
-            "help": "few-shot real results in the simulator prompt: reference (the task's own reference results), "
+            "help": "few-shot real results in the env-role prompt: reference (the task's own reference results), "
             "log (other train tasks' results from --tool-log, never the task's own; the log then gives no target "
             "and no fidelity score) or none (no real result in the prompt); each result shown counts as logged"
         },

@@ -70,7 +70,7 @@ from envace_gym.agents.rehearsal import PrivateRehearsal
 from envace_gym.agents.rollout import PolicyHooks, Trajectory, TurnContext, collect, save_trajectories
 from envace_gym.backends import LEDGER, ToolLog, charged_as
 from envace_gym.backends.spec import parse_backend_spec
-from envace_gym.compose import rehearse
+from envace_gym.compose import make_env
 from envace_gym.imagination.prompt import is_result_shaped
 from envace_gym.jsonl import read_jsonl
 
@@ -215,7 +215,7 @@ class EnvACETrainer:
             settings.update(on_invalid=cfg.on_invalid, real_fraction=cfg.real_fraction, log=self.tool_log)
             settings.update(log_targets=cfg.log_targets)
         policy = self.env_role(env) if self.env_role is not None and spec.self_imagined else self.policy
-        return rehearse(env, spec, policy=policy, simulator=self.simulator, **settings)
+        return make_env(env, backend=spec, policy=policy, simulator=self.simulator, imagination=settings)
 
     def _load_tool_log(self, suite: Any) -> ToolLog:
         """The env role's grounding log (``--tool-log``): written from the train pool's reference trajectories
@@ -315,7 +315,7 @@ class EnvACETrainer:
             self.policy,
             budget=cfg.rehearsal_budget,
             mode="parallel",
-            # The committed episodes' imagination mode (real tools: the simulator prompt).
+            # The committed episodes' imagination mode (real tools: the env-role prompt).
             env_role_mode=parse_backend_spec(cfg.backend).imagination_mode or "prompted",
             seed=seed + 31,
             sampling=sampling,

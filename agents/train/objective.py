@@ -4,7 +4,7 @@ As the EnvACE reference does it (verl ``compute_advantage`` with group key ``f"{
 
 * every trajectory is one **actor** sample (loss on its ``actor`` tokens; env-role, tool, user and prompt
   tokens are masked); every env-role generation in ``Trajectory.env_role_samples`` is one **env-role**
-  sample (its simulator prompt as prompt, its completion trained). All carry the trajectory's reward;
+  sample (its env-role prompt as prompt, its completion trained). All carry the trajectory's reward;
 * advantages are grouped by (task group, role): each row against the mean of its group, every row pooled
   (a trajectory with five env-role calls adds five rows to its env-role group); a group of one gets 0;
 * the loss is PPO-clip with dual clip on the logprobs recorded at generation, token-mean over all trained

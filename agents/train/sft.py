@@ -30,7 +30,7 @@ from envace_gym.agents.lm.policy import LMPolicy, bf16_by_default
 from envace_gym.agents.provenance import run_environment
 from envace_gym.agents.quiet import library_bars_off, peft_notes_off
 from envace_gym.agents.scripted import OraclePolicy, play_episode
-from envace_gym.compose import rehearse
+from envace_gym.compose import make_env
 from envace_gym.imagination import EnvRoleAnswer, ImagineRequest, RealResultImaginer
 
 from .distributed import idle_loss, make_accelerator, place_model, uses_fsdp
@@ -104,7 +104,7 @@ class SFTExample:
 
 
 class _Recorder(RealResultImaginer):
-    """The perfect env role, keeping (simulator prompt, real answer) pairs as env-role targets."""
+    """The perfect env role, keeping (env-role prompt, real answer) pairs as env-role targets."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -133,7 +133,7 @@ def build_sft_examples(
     """Play the oracle through ``env`` (real results) on its task pool and encode what each role learns.
 
     ``actor``: each whole episode, loss on the assistant's tokens. ``env_role``: for every call, the
-    prompted-mode simulator prompt at that point of the episode, with the real result (in
+    prompted-mode env-role prompt at that point of the episode, with the real result (in
     ``<execution_result>`` form) as the target; and the inline form: in the episode's conversation, the
     tool messages' contents are targets too.
     """
@@ -145,7 +145,7 @@ def build_sft_examples(
     pool = pool[:max_examples] if max_examples else pool
     oracle = OraclePolicy(env.unwrapped.suite)
     recorder = _Recorder(env)
-    play_env = rehearse(env, "self", recorder) if "env_role" in roles else env
+    play_env = make_env(env, backend="self", imaginer=recorder) if "env_role" in roles else env
     examples = []
     for task in tqdm(pool, desc="sft data", disable=not progress, unit="task"):
         recorder.pairs = []

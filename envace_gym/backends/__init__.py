@@ -11,7 +11,16 @@ from collections.abc import Callable
 from typing import Any
 
 from .._registry import Registry
-from .base import Backend, BackendCopyError, ToolResult, replayed_state_hash, state_digest, validate_call
+from .base import (
+    Backend,
+    BackendCopyError,
+    PendingCall,
+    RequestingBackend,
+    ToolResult,
+    replayed_state_hash,
+    state_digest,
+    validate_call,
+)
 from .ledger import CALL_KINDS, LEDGER, CallLedger, charged_as, is_self_accounting
 from .python import PythonBackend, Toolkit, tool
 from .replay import ReplayBackend, ReplayFileError, ToolLog, history_key, log_key
@@ -20,6 +29,8 @@ from .spec import BackendSpec, parse_backend_spec
 __all__ = [
     "Backend",
     "BackendCopyError",
+    "PendingCall",
+    "RequestingBackend",
     "BackendSpec",
     "parse_backend_spec",
     "replayed_state_hash",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ToolResult",
     "Backend",
+    "PendingCall",
+    "RequestingBackend",
     "BackendCopyError",
     "validate_call",
     "state_digest",
@@ -95,6 +97,24 @@ class Backend(Protocol):
     def state_hash(self) -> str: ...
 
     def copy(self) -> Backend: ...
+
+
+#: A call that waits on a model (an imagined tool result): it yields the request once, is sent the answer
+#: (the model's, or the exception it raised) and returns the call's result. ``ToolCallEnv``'s step yields the
+#: request on to whoever drives the step (``yield from``).
+PendingCall = Generator[Any, Any, ToolResult]
+
+
+@runtime_checkable
+class RequestingBackend(Backend, Protocol):
+    """A backend whose calls may wait on a model (`envace_gym.imagination.ImaginedBackend`): ``run`` returns
+    the call's result when no model is needed (a call the deterministic checks refused), else the call
+    pending on the model's answer (`PendingCall`); ``answer_here`` answers such a request in this process
+    (what a whole ``env.step`` does, where no loop batches the requests). ``execute`` is the two in one."""
+
+    def run(self, call: ToolCall) -> ToolResult | PendingCall: ...
+
+    def answer_here(self, request: Any) -> Any: ...
 
 
 class BackendCopyError(RuntimeError):

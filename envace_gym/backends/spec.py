@@ -22,7 +22,7 @@ SELF_INLINE = "self-inline"
 #: Kinds an env builds itself (``replay``, ``cache`` and ``mcp`` take a target after the colon).
 REAL_KINDS = ("real", "replay", "cache", "mcp")
 #: Kind -> its imagination mode (``SelfRehearsalEnv``'s ``mode``, `envace_gym.imagination.MODES`):
-#: ``prompted`` (from a fresh simulator prompt, the paper's setting) or ``inline`` (as the tool message of
+#: ``prompted`` (from a fresh env-role prompt, the paper's setting) or ``inline`` (as the tool message of
 #: the actor's own conversation), for the kinds whose results are imagined: the env is built on ``real``
 #: and wrapped in ``SelfRehearsalEnv`` (`envace_gym.make_env` does this).
 _MODE_OF_KIND = {"self": "prompted", SELF_INLINE: "inline", "simulator": "prompted"}

@@ -150,7 +150,7 @@ class BackendArgs:
     backend: str = field(
         default="real",
         metadata={
-            "help": "real | self (the LM policy imagines results from a simulator prompt) | self-inline (it writes "
+            "help": "real | self (the LM policy imagines results from an env-role prompt) | self-inline (it writes "
             "them inside its own context) | simulator (a separate model does) | replay:PATH | cache:PATH | "
             "mcp:COMMAND | mcp:URL"
         },

@@ -32,7 +32,7 @@ class FidelityArgs:
     episodes: int = field(default=20, metadata={"help": "oracle episodes (with tool calls) to compare on"})
     grounding: Literal["reference", "none"] = field(
         default="reference",
-        metadata={"help": "few-shot examples from the reference trajectory in the simulator prompt, or none"},
+        metadata={"help": "few-shot examples from the reference trajectory in the env-role prompt, or none"},
     )
     batch_size: int = field(default=8, metadata={"help": "episodes played at once (their env-role calls are batched)"})
     out: str | None = field(

@@ -57,7 +57,7 @@ def run(env_args: TrainEnvArgs, args: TrainArgs, cfg: EnvACEConfig, run_args: Ru
     quiet, device = run_args.quiet, run_args.device
     policy = load_lm(args.policy, sampling, cfg.seed, engine=args.engine, quiet=quiet, device=device)
     simulator = load_lm(cfg.simulator, sampling, cfg.seed, quiet=quiet, device=device) if cfg.simulator else None
-    # The env on real backends: the trainer composes it with cfg.backend (envace_gym.rehearse).
+    # The env on real backends: the trainer composes it with cfg.backend (envace_gym.make_env).
     trainer = EnvACETrainer(
         policy, env_args.make_env, cfg, args.out, simulator=simulator, resume=args.resume, progress=run_args.progress
     )

@@ -1,9 +1,15 @@
-"""World rehearsal: tool results imagined by the policy itself, in its environment role.
+"""Imagination: tool results imagined instead of executed, written by the env role (the policy itself, or a
+separate model under the ``simulator`` backend).
+
+One vocabulary here: an *imagined* result comes from an *imaginer* (whoever plays the env role, anything with
+``imagine(ImagineRequest)``); the *env role* is the model that answers. Training with the policy as its own
+env role is EnvACE's world rehearsal (``SelfRehearsalEnv`` keeps the method's name); test-time private
+rehearsal's blocks are in `envace_gym.rehearsal`.
 
 * `protocol`: `ImagineRequest` (what the env role is asked) and `EnvRoleSample` (what
   one answer leaves for training). The wrapper needs only an object with ``imagine(ImagineRequest)``: the
   core never imports the agents package.
-* `prompt`: the prompted-mode simulator prompt (EnvACE's reference behaviour: candidate tool
+* `prompt`: the prompted-mode env-role prompt (EnvACE's reference behaviour: candidate tool
   schemas, few-shot (arguments, result) pairs from the task's reference trajectory, the conversation so
   far, the actor's raw last message, the current tool's name, schema and arguments) and the parsers of
   ``<execution_result>`` (prompted) and bare-JSON (inline) answers.
@@ -13,22 +19,17 @@
 * `halfstep`: `step_envs`: envs that step at the same time, their steps run as half-steps
   (``ToolCallEnv.begin_step``), send their env-role requests as one batch per round, with no thread (used by
   `envace_gym.vector`, the rollout loop and the fidelity report).
-* `fork`: `RehearsalFork`, a private, reference-free replay of a live episode from its current
-  state (what test-time private rehearsal plays, wrapped in `SelfRehearsalEnv`).
-* `user`: `ImaginedUser`, the rehearsing policy playing the user where the user is part of the
-  world (tau2's rehearsal forks use it instead of the scenario-reading user simulator).
 
 ``mode="inline"`` (beyond the paper) lets the policy write the ``tool`` message inside the actor's own
 context, so an engine that keeps the actor's KV cache computes only the result's tokens.
 """
 
 from .backend import ActorContext, ImaginedBackend
-from .fork import DetachedBackend, RehearsalFork
-from .halfstep import answer_model_requests, answer_requests, answer_user_requests, roles_of, step_envs, user_of
+from .halfstep import answer_model_requests, answer_requests, roles_of, step_envs, user_of
 from .prompt import (
+    ENV_ROLE_SYSTEM_PROMPT,
     GROUNDINGS,
-    SIMULATOR_SYSTEM_PROMPT,
-    build_simulator_prompt,
+    build_env_role_prompt,
     format_execution_result,
     parse_execution_result,
     parse_inline_result,
@@ -46,7 +47,6 @@ from .protocol import (
     ModelUser,
     UserRequest,
 )
-from .user import ImaginedUser
 from .wrapper import ON_INVALID, RealResultImaginer, SelfRehearsalEnv
 
 __all__ = [
@@ -63,9 +63,6 @@ __all__ = [
     "ImaginedBackend",
     "SelfRehearsalEnv",
     "RealResultImaginer",
-    "RehearsalFork",
-    "DetachedBackend",
-    "ImaginedUser",
     "JudgeRequest",
     "ModelRole",
     "ModelUser",
@@ -74,10 +71,9 @@ __all__ = [
     "answer_model_requests",
     "answer_requests",
     "roles_of",
-    "answer_user_requests",
     "user_of",
-    "SIMULATOR_SYSTEM_PROMPT",
-    "build_simulator_prompt",
+    "ENV_ROLE_SYSTEM_PROMPT",
+    "build_env_role_prompt",
     "parse_execution_result",
     "parse_inline_result",
     "format_execution_result",

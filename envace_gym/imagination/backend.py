@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backends import make_backend
-from ..backends.base import Backend, ToolResult, replayed_state_hash, state_digest, validate_call
+from ..backends.base import Backend, PendingCall, ToolResult, replayed_state_hash, state_digest, validate_call
 from ..backends.ledger import LEDGER
 from ..backends.replay import History, ToolLog, result_from_record
 from ..calls import ErrorCode, ToolCall
@@ -19,7 +19,7 @@ from .fidelity import result_fidelity
 from .prompt import (
     GROUNDINGS,
     MAX_EXAMPLES,
-    build_simulator_prompt,
+    build_env_role_prompt,
     format_execution_result,
     parse_execution_result,
     parse_inline_result,
@@ -53,7 +53,7 @@ class ImaginedBackend:
 
     Args:
         imaginer: who answers (``imagine(ImagineRequest)``); replaceable, e.g. by a batching imaginer.
-        mode: ``"prompted"`` (a simulator prompt per call) or ``"inline"`` (the actor's own context).
+        mode: ``"prompted"`` (an env-role prompt per call) or ``"inline"`` (the actor's own context).
         grounding: prompted mode's few-shot examples (`GROUNDINGS`):
             ``"reference"`` (the task's own reference results), ``"log"`` (other tasks' results from ``log``;
             the log is then never looked up for this task's own results: no fidelity score, no target) or
@@ -154,31 +154,43 @@ class ImaginedBackend:
         self.context = None
 
     def execute(self, call: ToolCall) -> ToolResult:
-        """One call, answered by `imaginer` now (`begin_call`, ``imagine``, `finish_call`)."""
-        asked = self.begin_call(call)
-        if isinstance(asked, ToolResult):
-            return asked
+        """One call, answered by `imaginer` now (`run`, then `answer_here` answers its request)."""
+        pending = self.run(call)
+        if isinstance(pending, ToolResult):
+            return pending
+        request = next(pending)
         try:
-            answer = self.imaginer.imagine(asked)
-        except Exception as exc:  # an env role that crashes is contained like a crashing tool
-            answer = exc
-        return self.finish_call(call, answer)
+            return pending.send(self.answer_here(request))
+        except StopIteration as done:
+            return done.value
 
-    def begin_call(self, call: ToolCall) -> ToolResult | ImagineRequest:
-        """The deterministic checks' result, or (the call passed them) the request the env role must answer:
-        how the env's half-step (``ToolCallEnv.begin_step``) asks for answers that a rollout loop batches.
-        An inline request continues ``context`` (the previous answer of this message) when there was one;
-        otherwise the caller may fill in the actor's exact context (``context_ids``/``context_text``)."""
+    def run(self, call: ToolCall) -> ToolResult | PendingCall:
+        """The deterministic checks' result, or (the call passed them) the call pending on the env role: it
+        yields the `ImagineRequest` once, is sent the answer (an `EnvRoleAnswer`, a generation with its
+        fields, a string, or the exception the env role raised) and returns the result. How the env's step
+        (``ToolCallEnv``) asks for answers that a rollout loop batches. An inline request continues
+        ``context`` (the previous answer of this message) when there was one; otherwise the caller may fill in
+        the actor's exact context (``context_ids``/``context_text``)."""
         assert self.task is not None, "reset() first"
         self.call_count += 1
         error = validate_call(call, {s.name: s for s in self.tools})
         if error is not None:
             return ToolResult(call, None, error)
-        return self._request(call)
+        return self._imagined(call, self._request(call))
 
-    def finish_call(self, call: ToolCall, answer: EnvRoleAnswer | str | Exception) -> ToolResult:
-        """The result of ``call`` given the env role's ``answer`` to `begin_call`'s request: an
-        `EnvRoleAnswer` (or a generation with its fields, or a string), or the exception it raised."""
+    def answer_here(self, request: ImagineRequest) -> EnvRoleAnswer | str | Exception:
+        """`imaginer`'s answer to ``request``, or the exception it raised (contained like a crashing tool's)."""
+        try:
+            return self.imaginer.imagine(request)
+        except Exception as exc:
+            return exc
+
+    def _imagined(self, call: ToolCall, request: ImagineRequest) -> PendingCall:
+        answer = yield request
+        return self._result(call, answer)
+
+    def _result(self, call: ToolCall, answer: EnvRoleAnswer | str | Exception) -> ToolResult:
+        """The result of ``call`` given the env role's ``answer`` to its request."""
         if isinstance(answer, Exception):
             gen = EnvRoleAnswer("")
             value, reason = None, f"env role raised {type(answer).__name__}: {answer}"
@@ -283,7 +295,7 @@ class ImaginedBackend:
             examples = self._examples(call)
             if examples:
                 LEDGER.record("logged", len(examples))  # real results shown to the env role: counted
-            prompt = build_simulator_prompt(
+            prompt = build_env_role_prompt(
                 self.task, call, self._messages, self.tools, self.grounding, examples=examples
             )
             return ImagineRequest(prompt, call.name, call.arguments)

@@ -16,7 +16,7 @@ its sampling passed in, and the models of the users and judges.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
@@ -36,14 +36,15 @@ if TYPE_CHECKING:
     from ..env import PendingStep
 
 __all__ = [
-    "Asker",
     "EnvGroup",
     "HalfStepEnv",
     "LocalEnvs",
     "answer_model_requests",
     "answer_requests",
-    "answer_user_requests",
+    "answer_round",
     "begin_step",
+    "begin_steps",
+    "continue_steps",
     "half_step_route",
     "imaginer_of",
     "roles_of",
@@ -51,10 +52,6 @@ __all__ = [
     "user_of",
     "with_context",
 ]
-
-#: ``(request, slot index) -> request``: what the loop adds to a request before it is answered (an inline
-#: request gets the actor's exact token context and cache key).
-Asker = Callable[[ImagineRequest, int], ImagineRequest]
 
 
 class HalfStepEnv(Protocol):
@@ -111,7 +108,7 @@ def begin_step(env: gym.Env, action: object) -> PendingStep:
 
 
 def imaginer_of(env: gym.Env) -> Imaginer | None:
-    """The env role of ``env``'s rehearsal wrapper (reached through any outer wrappers), or None."""
+    """The env role of ``env``'s imagination wrapper (reached through any outer wrappers), or None."""
     return env.get_wrapper_attr("imaginer") if env.has_wrapper_attr("imaginer") else None
 
 
@@ -158,10 +155,6 @@ def answer_model_requests(
         for i, gen in zip(members, gens, strict=True):
             answers[i] = gen if isinstance(gen, Exception) else roles[i].read(gen)  # type: ignore[union-attr]
     return answers
-
-
-#: The name of `answer_model_requests` when it answered only users.
-answer_user_requests = answer_model_requests
 
 
 def answer_requests(
@@ -240,6 +233,55 @@ class LocalEnvs:
         return [self.envs[i].step(a) for i, a in zip(indices, actions, strict=True)]
 
 
+def begin_steps(
+    group: EnvGroup,
+    indices: Sequence[int],
+    actions: Sequence[Any],
+    imaginers: Sequence[Imaginer | None],
+    roles: Sequence[Mapping[str, ModelRole]],
+) -> dict[int, ImagineRequest | ModelRequest]:
+    """Begin the steps of envs ``indices`` of ``group`` whose requests a caller answers (an env with an
+    imaginer, ``imaginers[i]``, or a model role, ``roles[i]``); returns the request each waits on, by env
+    index (an env that waits on none is not in it). The others step whole in `finish_steps` (their own
+    answerers, if any, answer inside ``env.step``)."""
+    halves = [(i, a) for i, a in zip(indices, actions, strict=True) if imaginers[i] is not None or roles[i]]
+    if not halves:
+        return {}
+    begun = group.begin_steps([i for i, _ in halves], [a for _, a in halves])
+    return {i: p.requests[0] for (i, _), p in zip(halves, begun, strict=True) if p is not None and p.requests}
+
+
+def answer_round(
+    requests: Mapping[int, ImagineRequest | ModelRequest],
+    imaginers: Sequence[Imaginer | None],
+    roles: Sequence[Mapping[str, ModelRole]],
+    sampling: SamplingLike | None = None,
+    rng: object | None = None,
+) -> dict[int, EnvRoleAnswer | str | Exception | None]:
+    """One round's answers, by env index: env-role requests by ``imaginers[i]`` (`answer_requests`: one call
+    per imaginer, with the rollout's env-role ``sampling`` and stream ``rng``), user turns and verdicts by the
+    model of ``roles[i][request.role]`` (`answer_model_requests`: one call per model)."""
+    turns = [i for i, r in requests.items() if r.role != "env_role"]
+    calls = [i for i, r in requests.items() if r.role == "env_role"]
+    answers: dict[int, EnvRoleAnswer | str | Exception | None] = {}
+    said = answer_model_requests([requests[i] for i in turns], [roles[i].get(requests[i].role) for i in turns])  # type: ignore[misc]
+    answers.update(zip(turns, said, strict=True))
+    said_calls = answer_requests([requests[i] for i in calls], [imaginers[i] for i in calls], sampling, rng)  # type: ignore[misc]
+    answers.update(zip(calls, said_calls, strict=True))
+    return answers
+
+
+def continue_steps(
+    group: EnvGroup, answers: Mapping[int, EnvRoleAnswer | str | Exception | None]
+) -> dict[int, ImagineRequest | ModelRequest]:
+    """Hand each env its answer (``continue_step``); returns the request each still waits on, by env index."""
+    indices = list(answers)
+    if not indices:
+        return {}
+    went_on = group.continue_steps(indices, [answers[i] for i in indices])
+    return {i: p.requests[0] for i, p in zip(indices, went_on, strict=True) if p.requests}
+
+
 def step_envs(
     group: EnvGroup,
     indices: Sequence[int],
@@ -247,37 +289,17 @@ def step_envs(
     imaginers: Sequence[Imaginer | None],
     sampling: SamplingLike | None = None,
     rng: object | None = None,
-    ask: Asker | None = None,
     roles: Sequence[Mapping[str, ModelRole]] | None = None,
 ) -> list[tuple]:
-    """Step envs ``indices`` of ``group`` (`LocalEnvs`, or the rollout loop's
-    ``RemoteEnvs`` for envs in worker processes) with
-    ``actions``; results in order. Env ``i``'s env-role requests are answered by ``imaginers[i]``, those of a
-    round in one call per imaginer (``sampling``: the env role's, None for each imaginer's own; ``rng``: the
-    rollout's env-role sampling stream, None for each imaginer's own); its user turns and judge verdicts by
-    the model of ``roles[i][request.role]`` (`roles_of`), those of a round in one call per model. An env with
-    neither steps whole (its own env role, user and judge, if any, answer inside ``env.step``). ``ask``
-    completes each env-role request first (see `Asker`)."""
+    """Step envs ``indices`` of ``group`` (`LocalEnvs`, or the rollout loop's ``RemoteEnvs`` for envs in
+    worker processes) with ``actions``; results in order: `begin_steps`, then `answer_round` and
+    `continue_steps` while any env waits, then ``env.step(action)`` through each env's wrappers. The rounds
+    written out, for a caller with no context to add to a request (the native vector env); the rollout loop
+    runs them itself, adding each inline request's actor context first."""
     played = list(roles) if roles is not None else [{}] * len(imaginers)
-    halves = [(i, a) for i, a in zip(indices, actions, strict=True) if imaginers[i] is not None or played[i]]
-    pending: dict[int, PendingStep | None] = dict.fromkeys(indices)
-    if halves:
-        begun = group.begin_steps([i for i, _ in halves], [a for _, a in halves])
-        pending.update(zip([i for i, _ in halves], begun, strict=True))
-    while waiting := [i for i in indices if (p := pending[i]) is not None and p.requests]:
-        requests = {i: pending[i].requests[0] for i in waiting}  # type: ignore[union-attr]
-        answers: dict[int, EnvRoleAnswer | str | Exception | None] = {}
-        turns = [i for i in waiting if not isinstance(requests[i], ImagineRequest)]
-        said = answer_model_requests(
-            [requests[i] for i in turns],  # type: ignore[misc]
-            [played[i].get(requests[i].role) for i in turns],  # type: ignore[union-attr]
-        )
-        answers.update(zip(turns, said, strict=True))
-        calls = [i for i in waiting if i not in answers]
-        asked = [requests[i] if ask is None else ask(requests[i], i) for i in calls]
-        said_calls = answer_requests(asked, [imaginers[i] for i in calls], sampling, rng)
-        answers.update(zip(calls, said_calls, strict=True))
-        pending.update(zip(waiting, group.continue_steps(waiting, [answers[i] for i in waiting]), strict=True))
+    pending = begin_steps(group, indices, actions, imaginers, played)
+    while pending:
+        pending = continue_steps(group, answer_round(pending, imaginers, played, sampling, rng))
     return group.step(list(indices), list(actions))  # ends each begun step through its wrappers
 
 

@@ -13,10 +13,10 @@ from ..tools import ToolSpec, compact_signature
 from ..transcript import render_transcript
 
 __all__ = [
-    "SIMULATOR_SYSTEM_PROMPT",
+    "ENV_ROLE_SYSTEM_PROMPT",
     "GROUNDINGS",
     "MAX_EXAMPLES",
-    "build_simulator_prompt",
+    "build_env_role_prompt",
     "reference_examples",
     "parse_execution_result",
     "parse_inline_result",
@@ -24,7 +24,9 @@ __all__ = [
     "is_result_shaped",
 ]
 
-SIMULATOR_SYSTEM_PROMPT = (
+#: The prompted env role's system message, in EnvACE's words (a model-facing text: it calls the role a "tool
+#: simulator"; the code calls it the env role, and ``simulator`` names only the separate-model backend).
+ENV_ROLE_SYSTEM_PROMPT = (
     "You are a precise tool simulator. Given tool schemas, examples of real calls with their results, the "
     "conversation so far and one new tool call, you return exactly what the real tool would return for "
     "that call: same structure, data types and facts as the examples and the conversation. Act as a silent "
@@ -49,7 +51,7 @@ def reference_examples(task: Task, tool: str, limit: int = MAX_EXAMPLES) -> list
     return [{"name": c.name, "arguments": c.arguments, "result": c.result} for c in (same + other)[:limit]]
 
 
-def build_simulator_prompt(
+def build_env_role_prompt(
     task: Task,
     call: ToolCall,
     messages: Sequence[dict[str, Any]],
@@ -58,7 +60,7 @@ def build_simulator_prompt(
     max_examples: int = MAX_EXAMPLES,
     examples: Sequence[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The prompted-mode simulator prompt (system + user message) for one call; ``examples``: the few-shot
+    """The prompted-mode env-role prompt (system + user message) for one call; ``examples``: the few-shot
     examples to show (default: the task's reference ones where ``grounding == "reference"``, else none)."""
     spec = next((s for s in specs if s.name == call.name), None)
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
@@ -76,15 +78,15 @@ def build_simulator_prompt(
         "## The assistant's last message\n" + raw,
         "## Tool call to simulate\n" + json.dumps(current, ensure_ascii=False),
     ]
-    return [{"role": "system", "content": SIMULATOR_SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
+    return [{"role": "system", "content": ENV_ROLE_SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
 def parse_execution_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str | None]:
     """``(value, None)`` for a valid answer, else ``(None, reason)``. Never raises; bounded work."""
     if not isinstance(text, str) or not text.strip():
-        return None, "empty simulator answer"
+        return None, "empty env-role answer"
     if len(text) > 4 * max_chars:
-        return None, f"simulator answer is {len(text)} characters; the limit is {4 * max_chars}"
+        return None, f"env-role answer is {len(text)} characters; the limit is {4 * max_chars}"
     match = _RESULT.search(strip_reasoning(text))
     if match is None:
         return None, "no <execution_result>...</execution_result> block"
@@ -96,7 +98,7 @@ def parse_inline_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str | 
     empty list is a tool's answer), nothing else.
     ``(value, None)`` when valid, else ``(None, reason)``. Never raises; bounded work."""
     if not isinstance(text, str) or not text.strip():
-        return None, "empty simulator answer"
+        return None, "empty env-role answer"
     return _json_result(text, max_chars, "imagined result")
 
 

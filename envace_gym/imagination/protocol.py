@@ -24,7 +24,7 @@ __all__ = [
     "SamplingLike",
 ]
 
-#: How the env role is asked: ``prompted`` (the simulator prompt) or ``inline`` (it continues the actor's
+#: How the env role is asked: ``prompted`` (the env-role prompt) or ``inline`` (it continues the actor's
 #: own conversation with a tool message).
 Mode = Literal["prompted", "inline"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -34,7 +34,7 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 class ImagineRequest:
     """One request to the environment role: its chat prompt and the call it is about.
 
-    ``mode="prompted"``: ``messages`` is the simulator prompt (system + user). ``mode="inline"``:
+    ``mode="prompted"``: ``messages`` is the env-role prompt (system + user). ``mode="inline"``:
     ``messages`` is the actor's own conversation up to this call (its assistant message and this step's
     earlier tool messages included) and ``tools`` the actor's tool schemas; the env role continues it with
     a ``tool`` message. ``context_ids``/``context_text`` are the actor's exact token context when the rollout
@@ -42,6 +42,7 @@ class ImagineRequest:
     conversation whose KV cache the engine may reuse.
     """
 
+    role: ClassVar[str] = "env_role"  # who answers it: the env role (`Imaginer`); a user or judge request says so too
     messages: list[dict[str, Any]]
     tool: str = ""
     arguments: dict[str, Any] = field(default_factory=dict)
@@ -176,7 +177,7 @@ class BatchImaginer(Imaginer, Protocol):
 class EnvRoleSample:
     """One environment-role generation: its own RL sample, trained with the trajectory's reward.
 
-    ``prompt_ids`` is what the env role saw (the simulator prompt, or inline the actor's context up to the
+    ``prompt_ids`` is what the env role saw (the env-role prompt, or inline the actor's context up to the
     tool-message header), ``completion_ids``/``logprobs`` what it generated. ``valid`` is False when the
     answer was unusable (``error`` says why). ``prompt_text``/``completion_text`` (inline mode) let the
     rollout engine splice the answer into the actor's token stream. ``target`` (grounded imagination) is

@@ -10,7 +10,6 @@ import gymnasium as gym
 from ..backends.ledger import LEDGER
 from ..backends.replay import ToolLog
 from ..calls import ToolCall
-from ..env import DEPRECATED_SAMPLES_KEY
 from .backend import ImaginedBackend
 from .prompt import format_execution_result
 from .protocol import EnvRoleAnswer, Imaginer, ImagineRequest
@@ -25,8 +24,9 @@ class SelfRehearsalEnv(gym.Wrapper):
 
     Args:
         env: a ``ToolCallEnv`` (or a wrapper around one).
-        policy: anything with ``imagine(ImagineRequest)``, e.g. ``envace_gym.agents.LMPolicy``.
-        mode: ``"prompted"`` (a fresh simulator prompt per call, the paper's setting) or ``"inline"`` (the
+        policy: the env role, anything with ``imagine(ImagineRequest)``, e.g. ``envace_gym.agents.LMPolicy``
+            (read back as `imaginer`).
+        mode: ``"prompted"`` (a fresh env-role prompt per call, the paper's setting) or ``"inline"`` (the
             result is written as the tool message in the actor's own context; the rollout loop, which
             holds that context, hands it over with each request of its half-step, so the actor's KV cache
             is reused and only the result's tokens are computed). ``grounding`` applies to prompted mode only.
@@ -41,8 +41,7 @@ class SelfRehearsalEnv(gym.Wrapper):
     The wrapper configures and never patches: it owns an `ImaginedBackend` and gives it to the env
     for each episode through ``reset(options={"backend": ...})``; the wrapped env's own configuration is
     left as it was (the same env unwrapped still answers with its own backend). ``info["env_role_samples"]``
-    (deprecated alias ``info["rehearsal"]``, the same list) holds the step's
-    `EnvRoleSample` records, so a trainer can treat them as its own RL samples.
+    holds the step's `EnvRoleSample` records, so a trainer can treat them as its own RL samples.
     """
 
     def __init__(
@@ -60,7 +59,7 @@ class SelfRehearsalEnv(gym.Wrapper):
         super().__init__(env)
         if on_invalid not in ON_INVALID:
             raise ValueError(f"on_invalid must be one of {ON_INVALID}, got {on_invalid!r}")
-        self.policy, self.mode, self.on_invalid = policy, mode, on_invalid
+        self.mode, self.on_invalid = mode, on_invalid  # the env role: `imaginer`
         # ImaginedBackend checks mode and grounding.
         base = env.unwrapped
         # An inline result becomes the message verbatim, so it must fit without the env clipping it.
@@ -102,12 +101,11 @@ class SelfRehearsalEnv(gym.Wrapper):
         ``ToolCallEnv.begin_step``); ``info["env_role_samples"]`` always holds the step's env-role samples."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         info.setdefault("env_role_samples", [])
-        info.setdefault(DEPRECATED_SAMPLES_KEY, info["env_role_samples"])
         return obs, reward, terminated, truncated, info
 
 
 class RealResultImaginer:
-    """An env role that answers with what the real backend returns: a perfect simulator.
+    """An env role that answers with what the real backend returns: a perfect world model.
 
     It keeps a shadow real backend in step with the episode. Uses: the interchangeability check (an
     imagined run must then equal the real run), and targets for warm-starting the env role. Each answer

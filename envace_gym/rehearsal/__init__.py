@@ -1,24 +1,22 @@
-"""Deprecated alias of `envace_gym.imagination` (the env role's package), kept for one release.
+"""Test-time private rehearsal, its env side: where an agent rehearses a task before its one real attempt.
 
-The env role's package was called ``envace_gym.rehearsal``, a name it shared with test-time rehearsal
-(``envace_gym.agents.rehearsal``). Importing it, or any of its modules, warns and gives the module of
-`envace_gym.imagination` itself (the same objects, so ``isinstance`` checks hold).
+* `fork`: `RehearsalFork`, a private, reference-free replay of a live episode from its current state (each
+  rehearsal is one, wrapped in ``SelfRehearsalEnv`` so the policy imagines its tool results);
+  `DetachedBackend`, the stand-in backend of its snapshot (nothing real is reached);
+* `user`: `ImaginedUser`, the rehearsing policy playing the user where the user is part of the world
+  (tau2's rehearsal forks use it instead of the user model that reads the task's scenario).
+
+Why a package of its own, here: rehearsal is a use of imagination, not part of it. The env role's package
+(`envace_gym.imagination`) answers tool calls; these blocks set up a blind episode that the env role then
+plays, so they import it and it never imports them. They are Gymnasium envs and a user answerer with no
+model inside, built on the env's own hooks (``ToolCallEnv.fork``, ``prepare_rehearsal``,
+``rehearsal_metadata``), so they live in the core, torch-free, beside those hooks: the benchmark envs
+(``envs/``) and any policy can use them without the agents package. The model side (sampling the
+rehearsals, condensing them into a memory, choosing the message to commit: ``PrivateRehearsal``) is
+`envace_gym.agents.rehearsal`.
 """
 
-import importlib
-import sys
-import warnings
+from .fork import DetachedBackend, RehearsalFork
+from .user import ImaginedUser
 
-from envace_gym.imagination import *  # noqa: F403 - the alias re-exports everything
-from envace_gym.imagination import __all__  # noqa: F401
-
-warnings.warn(
-    "envace_gym.rehearsal is deprecated: import envace_gym.imagination (the env role's package); "
-    "the alias goes in the next release",
-    DeprecationWarning,
-    stacklevel=2,
-)
-
-# `import envace_gym.rehearsal.halfstep` (and the rest) find the new modules themselves.
-for _name in ("backend", "fidelity", "fork", "halfstep", "prompt", "protocol", "user", "wrapper"):
-    sys.modules[f"{__name__}.{_name}"] = importlib.import_module(f"envace_gym.imagination.{_name}")
+__all__ = ["RehearsalFork", "DetachedBackend", "ImaginedUser"]

@@ -39,7 +39,7 @@ def hidden_tools(task: Task, turn: int) -> set[str]:
 
 class _TurnGate:
     """Wraps an episode's backend: tools not offered at the current turn (``turn``, kept by the env) are
-    refused with TOOL_NOT_AVAILABLE. An imagined backend's half-step (``begin_call``) is gated the same way,
+    refused with TOOL_NOT_AVAILABLE. An imagined backend's calls (``run``) are gated the same way,
     and it is told which tools are offered (``offer_only``), so the env role's prompt lists only those."""
 
     def __init__(self, inner: Backend, task: Task, turn: int = 0) -> None:
@@ -47,11 +47,11 @@ class _TurnGate:
         self.task = task
         self.turn = turn
 
-    def __getattr__(self, name: str) -> Any:  # state, state_hash, call_count, bind_conversation, finish_call...
+    def __getattr__(self, name: str) -> Any:  # state, state_hash, call_count, bind_conversation, answer_here...
         if name == "inner":  # not set yet (copying): no recursion
             raise AttributeError(name)
         attr = getattr(self.inner, name)
-        if name == "begin_call":  # only where the inner backend has one (an imagined backend)
+        if name == "run":  # only where the inner backend has one (an imagined backend)
             return self._gated(attr)
         return attr
 
@@ -85,12 +85,12 @@ class _TurnGate:
             call, ErrorCode.TOOL_NOT_AVAILABLE, f"tool {call.name!r} is not available; available: {available}"
         )
 
-    def _gated(self, begin_call: Any) -> Any:
-        def begin(call: ToolCall) -> Any:
+    def _gated(self, run: Any) -> Any:
+        def gated_run(call: ToolCall) -> Any:
             refused = self._refusal(call)
-            return refused if refused is not None else begin_call(call)
+            return refused if refused is not None else run(call)
 
-        return begin
+        return gated_run
 
     def execute(self, call: ToolCall) -> ToolResult:
         refused = self._refusal(call)

@@ -15,7 +15,7 @@ customer, order and booking ids); short ids (a product's ``P-123``, a flight's `
 ``T-3``) come from small pools shared by every world, as the names of the train pool do.
 
 A domain generator builds a small world (the initial state), then plays the solution through
-`envace_gym.ReferenceRecorder`, which executes every call on a real `PythonBackend` so that
+`envace_gym.recording.ReferenceRecorder`, which executes every call on a real `PythonBackend` so that
 the reference results are the real ones (and a generator bug that makes an invalid call fails loudly).
 """
 

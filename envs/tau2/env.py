@@ -170,14 +170,19 @@ class Tau2Env(ToolCallEnv):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
-        if not (terminated or truncated) and self._errors >= self.max_errors:
-            self.log.termination = "too_many_errors"
-            truncated = True
-            reward, components = self.end_episode()
-            info["reward_components"], info["success"] = components, False
         if terminated or truncated:
             info["tau2"] = dict(self._result_info)
         return obs, reward, terminated, truncated, info
+
+    def limit_reached(self) -> bool:
+        """The turn limit, or tau2's ``max_errors`` failed calls: the episode is cut (tau2 scores it 0); its
+        end is played by the step, so a model judge is asked through requests as on any other end."""
+        if super().limit_reached():
+            return True
+        if self._errors >= self.max_errors:
+            self.log.termination = "too_many_errors"
+            return True
+        return False
 
     def abort(self, reason: str) -> dict[str, Any]:
         """End now with reward 0 (an unusable imagined result); tau2 would call it an agent error."""

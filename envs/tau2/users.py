@@ -53,7 +53,7 @@ def user_system_prompt(scenario: str, with_tools: bool) -> str:
     return f"{user_guidelines(with_tools)}\n\n<scenario>\n{scenario}\n</scenario>"
 
 
-#: The system prompt of the user a private rehearsal imagines (``envace_gym.imagination.ImaginedUser``): tau2's
+#: The system prompt of the user a private rehearsal imagines (``envace_gym.rehearsal.ImaginedUser``): tau2's
 #: role and stop convention, with no scenario. What the user knows is the conversation that follows it.
 IMAGINED_USER_PROMPT = (
     "You are playing the role of a customer contacting a customer service representative. You know only "

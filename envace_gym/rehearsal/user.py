@@ -1,7 +1,7 @@
 """``ImaginedUser``: in private rehearsal, the policy plays the user too, where the user is part of the world.
 
 In a benchmark whose user is simulated from a scenario the agent never sees (tau2), a rehearsal cannot ask
-that simulator: it reads the scenario, which is test-time knowledge the agent does not have. The fork gives
+that user model: it reads the scenario, which is test-time knowledge the agent does not have. The fork gives
 the user's turns to an `ImaginedUser` instead: the rehearsing policy (or any model with
 ``act(messages, tools)``) writes the user's next message from the prompt the env builds out of the
 conversation the agent saw. It has one job: generate that message and count the tokens it cost. The rollout
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..calls import parse_calls
-from .protocol import UserRequest
+from ..imagination.protocol import UserRequest
 
 __all__ = ["ImaginedUser"]
 
