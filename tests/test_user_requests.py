@@ -62,7 +62,7 @@ class UserModel:
         self.single += 1
         return self._reply(messages)
 
-    def act_batch(self, conversations, sampling=None):
+    def act_batch(self, conversations, sampling=None, generator=None):
         if _Stepping.depth:
             raise AssertionError("the user model was called inside env.step")
         self.batches.append(len(conversations))
@@ -121,7 +121,7 @@ def test_a_half_step_yields_the_user_turn_as_a_request_and_none_lets_the_env_ans
 
 def test_a_user_that_raises_in_the_loop_ends_the_episode_as_a_user_error():
     class Broken(UserModel):
-        def act_batch(self, conversations, sampling=None):
+        def act_batch(self, conversations, sampling=None, generator=None):
             raise RuntimeError("the user model broke")
 
     env = gym.make("EnvACE-Tau2-v0", domain="mock", split=None, user=Broken())
@@ -180,7 +180,7 @@ class JudgeModel:
         self.single += 1
         return SimpleNamespace(text="YES")
 
-    def act_batch(self, conversations, sampling=None):
+    def act_batch(self, conversations, sampling=None, generator=None):
         if _Stepping.depth:
             raise AssertionError("the judge model was called inside env.step")
         self.batches.append(len(conversations))
@@ -246,7 +246,7 @@ def test_a_judge_that_raises_in_the_loop_rules_no_and_says_why():
     from envace_gym.agents.scripted import OraclePolicy
 
     class Broken(JudgeModel):
-        def act_batch(self, conversations, sampling=None):
+        def act_batch(self, conversations, sampling=None, generator=None):
             raise RuntimeError("the judge broke")
 
     env = gym.make("EnvACE-Tau2-v0", domain="mock", split=None, judge=Broken())
@@ -282,3 +282,40 @@ def test_an_episode_cut_by_max_errors_ends_through_the_steps_play(monkeypatch):
     trajs = collect([env], Failing(), 1, task_ids=[JUDGED], progress=False)
     assert ends == ["too_many_errors"] and env.unwrapped.steps == 2 and trajs[0].reward == 0.0
     assert judge.batches == [] and judge.single == 0  # nothing to judge on a cut episode
+
+
+class DrawingUser(UserModel):
+    """A user model that samples: it asks a number of its questions drawn from the generator it is given, and
+    keeps the sampling it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(patience=1)
+        self.given = []
+
+    def act_batch(self, conversations, sampling=None, generator=None):
+        import torch
+
+        self.given.append((sampling, generator))
+        if generator is None:
+            raise AssertionError("the user model was given no random stream")
+        draws = torch.randint(0, 10_000, (len(conversations),), generator=generator).tolist()
+        return [SimpleNamespace(text=f"Shall I say {d}? ###STOP###", token_ids=[1]) for d in draws]
+
+
+def test_a_model_user_samples_with_the_rollouts_sampling_and_stream():
+    """The loop gives a model user the rollout's world sampling and random stream, as it gives the env role:
+    the same seeds draw the same user turns whatever ran before, another seed draws others."""
+    from envace_gym.agents.lm.engine import SamplingConfig
+
+    def user_turns(seed: int) -> tuple[list[str], DrawingUser]:
+        model = DrawingUser()
+        env = gym.make("EnvACE-Tau2-v0", domain="mock", split=None, user=model)
+        sampling = SamplingConfig(1.0, 1.0, 12, seed=seed)
+        (traj,) = collect([env], Asking(), 1, task_ids=[TASK], progress=False, env_role_sampling=sampling)
+        assert all(given[0] is sampling for given in model.given)
+        return [m["content"] for m in traj.messages if m["role"] == "user"][1:], model
+
+    first, _ = user_turns(3)
+    again, _ = user_turns(3)
+    other, _ = user_turns(4)
+    assert first and first == again and first != other

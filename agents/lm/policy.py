@@ -187,10 +187,14 @@ class LMPolicy:
         self,
         conversations: Sequence[tuple[Sequence[dict[str, Any]], Sequence[dict[str, Any]]]],
         sampling: SamplingConfig | None = None,
+        generator: torch.Generator | None = None,
     ) -> list[Generation]:
-        """The actor's next message for each ``(messages, tools)`` pair, in one batched engine call."""
+        """The next message for each ``(messages, tools)`` pair, in one batched engine call, drawn from
+        ``generator`` where given (a rollout's stream: how a model user or judge samples in the loop)."""
         encoded = [self.encode_prompt(m, t) for m, t in conversations]
-        return self.generate_ids([e[0] for e in encoded], sampling=sampling, prefix_lens=[e[1] for e in encoded])
+        return self.generate_ids(
+            [e[0] for e in encoded], sampling=sampling, generator=generator, prefix_lens=[e[1] for e in encoded]
+        )
 
     def imagine(self, request: ImagineRequest, sampling: SamplingConfig | None = None) -> Generation:
         """The environment role's answer to one env-role prompt."""

@@ -131,12 +131,16 @@ def roles_of(env: gym.Env) -> dict[str, ModelRole]:
 
 
 def answer_model_requests(
-    requests: Sequence[ModelRequest], roles: Sequence[ModelRole | None]
+    requests: Sequence[ModelRequest],
+    roles: Sequence[ModelRole | None],
+    sampling: SamplingLike | None = None,
+    rng: object | None = None,
 ) -> list[str | Exception | None]:
     """Each user or judge request's answer from the model of its role (``roles[i]`` answers
-    ``requests[i]``): one ``act_batch`` call per model (``act`` one by one for a model without it); a
-    model's failure is its answer (a user's ends the episode with a user error, a judge's rules no); None
-    where no role is given (the env's own user or judge answers)."""
+    ``requests[i]``): one ``act_batch(conversations, sampling, generator=rng)`` call per model, given the
+    rollout's sampling and random stream as the env role is (None: the model's own), or ``act`` one by one for
+    a model without ``act_batch``; a model's failure is its answer (a user's ends the episode with a user
+    error, a judge's rules no); None where no role is given (the env's own user or judge answers)."""
     answers: list[str | Exception | None] = [None] * len(requests)
     groups: dict[int, list[int]] = {}
     for i, role in enumerate(roles):
@@ -147,7 +151,7 @@ def answer_model_requests(
         asked = [roles[i].conversation(requests[i]) for i in members]  # type: ignore[union-attr]
         try:
             if callable(getattr(model, "act_batch", None)):
-                gens: list[Any] = model.act_batch(asked)
+                gens: list[Any] = model.act_batch(asked, sampling, generator=rng)
             else:
                 gens = [model.act(messages, tools) for messages, tools in asked]
         except Exception as exc:  # every request of the batch sees the failure
@@ -259,12 +263,18 @@ def answer_round(
     rng: object | None = None,
 ) -> dict[int, EnvRoleAnswer | str | Exception | None]:
     """One round's answers, by env index: env-role requests by ``imaginers[i]`` (`answer_requests`: one call
-    per imaginer, with the rollout's env-role ``sampling`` and stream ``rng``), user turns and verdicts by the
-    model of ``roles[i][request.role]`` (`answer_model_requests`: one call per model)."""
+    per imaginer), user turns and verdicts by the model of ``roles[i][request.role]``
+    (`answer_model_requests`: one call per model); every answerer is given the rollout's world ``sampling``
+    and random stream ``rng`` (the env role's: a rollout draws the same whatever ran before it)."""
     turns = [i for i, r in requests.items() if r.role != "env_role"]
     calls = [i for i, r in requests.items() if r.role == "env_role"]
     answers: dict[int, EnvRoleAnswer | str | Exception | None] = {}
-    said = answer_model_requests([requests[i] for i in turns], [roles[i].get(requests[i].role) for i in turns])  # type: ignore[misc]
+    said = answer_model_requests(
+        [requests[i] for i in turns],  # type: ignore[misc]
+        [roles[i].get(requests[i].role) for i in turns],
+        sampling,
+        rng,
+    )
     answers.update(zip(turns, said, strict=True))
     said_calls = answer_requests([requests[i] for i in calls], [imaginers[i] for i in calls], sampling, rng)  # type: ignore[misc]
     answers.update(zip(calls, said_calls, strict=True))

@@ -86,7 +86,7 @@ class ModelRole(Protocol):
     batches: the conversation the model continues for a request, and the answer its generation makes. An
     env names its roles by the requests' ``role`` (``"user"``, ``"judge"``)."""
 
-    model: Any  # anything with act(messages, tools); act_batch([(messages, tools), ...]) to batch
+    model: Any  # anything with act(messages, tools); act_batch([(messages, tools), ...], sampling, generator=) to batch
 
     def conversation(self, request: ModelRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
 
