@@ -8,11 +8,11 @@ a token itself.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from envace_gym.imagination import EnvRoleSample, ImagineRequest
-from envace_gym.imagination.halfstep import with_context
 
 from .chat import ChatFormat, TokenStream, assistant_text
 
@@ -56,8 +56,16 @@ class Conversation:
         self.stream.extend(self.policy.chat.encode(actor_text), "actor", actor_text)
 
     def ask(self, request: ImagineRequest) -> ImagineRequest:
-        """An env-role request of this episode, continued from the actor's exact tokens (inline mode)."""
-        return with_context(request, self.stream.ids, self.stream.text, self.key)
+        """An env-role request of this episode, continued from the actor's exact tokens and cache key (inline
+        mode), unless it already continues an earlier answer of the same message; a prompted request as it
+        is. The actor's context is the agent side's: the env asks without it."""
+        if request.mode != "inline":
+            return request
+        if request.context_ids is None:
+            return dataclasses.replace(
+                request, key=self.key, context_ids=list(self.stream.ids), context_text=self.stream.text
+            )
+        return dataclasses.replace(request, key=self.key)
 
     def splice(self, samples: Sequence[EnvRoleSample]) -> None:
         """The step's inline env-role answers continue the stream as generated, up to one that does not (the

@@ -15,7 +15,6 @@ its sampling passed in, and the models of the users and judges.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,7 +49,6 @@ __all__ = [
     "roles_of",
     "step_envs",
     "user_of",
-    "with_context",
 ]
 
 
@@ -311,13 +309,3 @@ def step_envs(
     while pending:
         pending = continue_steps(group, answer_round(pending, imaginers, played, sampling, rng))
     return group.step(list(indices), list(actions))  # ends each begun step through its wrappers
-
-
-def with_context(request: ImagineRequest, ids: list[int], text: str, key: str) -> ImagineRequest:
-    """An inline request continued from the actor's exact context (``ids``, ``text``) and cache ``key``,
-    unless it already continues an earlier answer of the same message; a prompted request as it is."""
-    if request.mode != "inline":
-        return request
-    if request.context_ids is None:
-        return dataclasses.replace(request, key=key, context_ids=list(ids), context_text=text)
-    return dataclasses.replace(request, key=key)
