@@ -54,6 +54,7 @@ __all__ = [
     "PendingStep",
     "StepPlay",
     "StepOutcome",
+    "ResetPlay",
     "AnswerTurn",
     "EndTurn",
     "DEFAULT_SYSTEM_PROMPT",
@@ -130,6 +131,19 @@ StepOutcome = tuple[str, float, bool, bool, dict[str, Any]]
 #: One step as `ToolCallEnv.play_step` plays it: yields each request (an imagined call's, a user's turn, a
 #: judge's verdict), is sent its answer, returns the step's outcome.
 StepPlay = Generator["ImagineRequest | ModelRequest", Any, StepOutcome]
+
+
+#: The start of an episode as `ToolCallEnv.play_reset` plays it: yields each request (a model user's opening
+#: turn), is sent its answer, returns ``(observation, info)``.
+ResetPlay = Generator["ImagineRequest | ModelRequest", Any, tuple[str, dict[str, Any]]]
+
+
+@dataclass
+class _Reset:
+    """What a reset in flight began with: ``reset`` with the same seed and options ends it."""
+
+    seed: int | None
+    options: dict[str, Any] | None
 
 
 @dataclass
@@ -337,9 +351,30 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Start an episode. ``options``: ``task_id``, or ``suite`` and/or ``split`` to draw from; ``backend``
-        (a `Backend`) answers this episode instead of the env's own."""
-        super().reset(seed=seed)
+        """Start an episode: `play_reset` played here, its requests answered by this env's own answerers (a
+        step in flight is abandoned). After `begin_reset` and a `continue_step` per request, ``reset`` with the
+        same seed and options ends that reset. ``options``: ``task_id``, or ``suite`` and/or ``split`` to draw
+        from; ``backend`` (a `Backend`) answers this episode instead of the env's own."""
+        flight, self._in_flight = self._in_flight, None
+        if flight is not None and flight.action == _Reset(seed, options):
+            if flight.outcome is None:
+                self._in_flight = flight
+                raise ValueError("the reset's requests wait for answers: hand them over with continue_step()")
+            return flight.outcome  # type: ignore[return-value]
+        return play_here(self.play_reset(seed=seed, options=options), self._answer_here)
+
+    def begin_reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> PendingStep:
+        """The first half of `reset`: `play_reset` up to its first request (a model user's opening turn), or to
+        its end; `continue_step` answers each request, ``reset`` with the same seed and options ends it."""
+        self._in_flight = _StepInFlight(_Reset(seed, options), self.play_reset(seed=seed, options=options))
+        return self._play_on(None)
+
+    def play_reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetPlay:
+        """The start of an episode, as a generator (see `ResetPlay`): the task drawn, its backend reset, the
+        first observation returned. It yields no request here; an env whose opening is a model's turn (tau2's
+        model user) extends it, ``yield from super().play_reset(...)`` first."""
+        yield from ()
+        gym.Env.reset(self, seed=seed)
         options = dict(options or {})
         override = options.pop("backend", None)
         self.task = self._select_task(options)
@@ -353,7 +388,6 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         self.steps = 0
         self.call_counts = {"ok": 0, "failed": 0}
         self._call_seq = 0
-        self._in_flight = None
         self.done = False
         self.episode_index += 1
         return self.task.user_turns[0], self.build_info([], [])
@@ -368,6 +402,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         flight = self._in_flight
         if flight is None:
             return play_here(self.play_step(action), self._answer_here)
+        if isinstance(flight.action, _Reset):
+            raise RuntimeError("a reset is in flight: end it with reset() on the same seed and options")
         if flight.action is not action and flight.action != action:
             raise RuntimeError(
                 f"a step begun with {clip(repr(flight.action), 80)} is in flight: end it with step() on that "

@@ -28,7 +28,7 @@ class _Stepping:
 
     @classmethod
     def guard(cls, monkeypatch: pytest.MonkeyPatch) -> None:
-        for name in ("step", "begin_step", "continue_step"):
+        for name in ("reset", "begin_reset", "step", "begin_step", "continue_step"):
             original = getattr(ToolCallEnv, name)
 
             def guarded(self, *args, _original=original, **kwargs):
@@ -85,8 +85,9 @@ def test_tau2_user_turns_of_n_envs_take_one_engine_call_per_round(monkeypatch):
     envs = [gym.make("EnvACE-Tau2-v0", domain="mock", split=None, user=model) for _ in range(3)]
     assert all(isinstance(user_of(env), LMUser) for env in envs)
     trajs = collect(envs, [Asking() for _ in envs], 3, task_ids=[TASK] * 3, progress=False)
-    assert model.single == 3  # the openings, one per reset (outside any step)
-    assert model.batches == [3, 3]  # round 1: "Shall I...", round 2: stop; every env in one call each
+    # the openings: a request of each env's reset, answered by the loop (never inside reset); then round 1,
+    # "Shall I...", and round 2, stop: every env in one call each
+    assert model.single == 0 and model.batches == [1, 1, 1, 3, 3]
     assert [env.unwrapped.log.termination for env in envs] == ["user_stop"] * 3
     assert [t.turns for t in trajs] == [2, 2, 2] and not any(t.truncated for t in trajs)
     assert all("###STOP###" in t.messages[-1]["content"] for t in trajs)

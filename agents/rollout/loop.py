@@ -39,6 +39,7 @@ left for when an engine can run mixed batches that pay for it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -60,6 +61,7 @@ from envace_gym.imagination.halfstep import (
     EnvGroup,
     LocalEnvs,
     answer_round,
+    begin_reset,
     begin_steps,
     continue_steps,
     imaginer_of,
@@ -377,6 +379,10 @@ class _Episodes:
         self.episodes, self.task_ids, self.seed, self.on_episode, self.bar = episodes, task_ids, seed, on_episode, bar
         self.next = 0
         self.results: dict[int, Trajectory] = {}
+        # how a slot's env is reset (`_play` sets the loop's: a model's opening turn answered like a step's)
+        self.reset: Callable[[_Slot, int | None, dict | None], tuple[Any, dict]] = lambda slot, seed, options: (
+            slot.env.reset(seed=seed, options=options)
+        )
 
     def start(self, slot: _Slot) -> bool:
         """Reset ``slot``'s env for the next episode; False when every episode has started."""
@@ -387,7 +393,7 @@ class _Episodes:
         if slot.actor is not None:
             _acting(slot.actor).reset()
         seed = None if self.seed is None else self.seed + slot.episode
-        slot.obs, slot.info = slot.env.reset(seed=seed, options=options)
+        slot.obs, slot.info = self.reset(slot, seed, options)
         slot.tools = slot.info["tools"]
         slot.conversation, slot.samples, slot.notes = None, [], []
         return True
@@ -490,6 +496,7 @@ def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: EnvGroup, bo
     the batch."""
     imaginers, roles = [s.imaginer for s in slots], [s.roles for s in slots]
     env_role = (side.ctx.env_role_sampling, side.ctx.env_role_rng)
+    book.reset = functools.partial(_reset, group, imaginers, roles, env_role)
     active = [s for s in slots if book.start(s)]
     side.begin(active)
     while active:
@@ -519,6 +526,18 @@ def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: EnvGroup, bo
         side.render([s for s in still if all(s is not f for f in fresh)])
         side.begin(fresh)
         active = still
+
+
+def _reset(group: EnvGroup, imaginers: list, roles: list, env_role: tuple, slot: _Slot, seed, options) -> tuple:
+    """``slot``'s env reset; where a model plays a part of its world (tau2's model user, whose opening turn
+    starts the episode), in halves, its requests answered here as a step's are (never inside ``reset``)."""
+    if not slot.roles:
+        return slot.env.reset(seed=seed, options=options)
+    begun = begin_reset(slot.env, seed, options)
+    pending = {slot.index: begun.requests[0]} if begun.requests else {}
+    while pending:
+        pending = continue_steps(group, answer_round(pending, imaginers, roles, *env_role))
+    return slot.env.reset(seed=seed, options=options)
 
 
 def _restart_overflowing(side: _LMActors | _TextActors, active: list[_Slot], book: _Episodes) -> list[_Slot]:

@@ -41,6 +41,7 @@ __all__ = [
     "answer_model_requests",
     "answer_requests",
     "answer_round",
+    "begin_reset",
     "begin_step",
     "begin_steps",
     "continue_steps",
@@ -103,6 +104,20 @@ def begin_step(env: gym.Env, action: object) -> PendingStep:
     for wrapper in mappings:
         action = wrapper.action(action)
     return base.begin_step(action)
+
+
+def begin_reset(env: gym.Env, seed: int | None = None, options: dict[str, Any] | None = None) -> PendingStep:
+    """Begin ``env``'s reset as ``env.reset(seed=..., options=...)`` would: each wrapper that resets with other
+    options says which (``reset_options``, `SelfRehearsalEnv`'s imagined backend) on the way in, then the base
+    begins (``ToolCallEnv.begin_reset``). End it with ``env.reset`` on the same seed and options once every
+    request (a model user's opening turn) is answered (``continue_step`` on the base)."""
+    inner = env
+    while isinstance(inner, gym.Wrapper):
+        to_options = getattr(type(inner), "reset_options", None)  # a class hook, as ActionWrapper.action is
+        if to_options is not None:
+            options = to_options(inner, options)
+        inner = inner.env
+    return inner.begin_reset(seed=seed, options=options)
 
 
 def imaginer_of(env: gym.Env) -> Imaginer | None:

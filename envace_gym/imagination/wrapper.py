@@ -88,7 +88,12 @@ class SelfRehearsalEnv(gym.Wrapper):
         return getattr(self.imaginer, "name", None) or type(self.imaginer).__name__
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        return self.env.reset(seed=seed, options={**(options or {}), "backend": self.imagined})
+        return self.env.reset(seed=seed, options=self.reset_options(options))
+
+    def reset_options(self, options: dict[str, Any] | None) -> dict[str, Any]:
+        """The options this wrapper resets the env with: the imagined backend answers the episode (what a
+        half-reset, ``halfstep.begin_reset``, applies on the way in)."""
+        return {**(options or {}), "backend": self.imagined}
 
     @property
     def spec(self):  # type: ignore[override]

@@ -85,6 +85,7 @@ class RehearsalFork(gym.Env[str, str]):
         self._snapshot.prepare_rehearsal(self.user)
         self._obs = obs
         self.current = None  # the fork this rehearsal steps
+        self._begun: tuple[tuple[Any, Any], tuple[str, dict[str, Any]]] | None = None  # a reset begun (begin_reset)
         self.observation_space, self.action_space = live.observation_space, live.action_space
         # What SelfRehearsalEnv reads from the env it wraps.
         self.max_result_chars = live.max_result_chars
@@ -94,6 +95,7 @@ class RehearsalFork(gym.Env[str, str]):
         other = copy.copy(self)
         other.current = None
         other._np_random = None
+        other._begun = None
         return other
 
     @property
@@ -107,6 +109,9 @@ class RehearsalFork(gym.Env[str, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """A new rehearsal from the snapshot; ``options["backend"]`` answers its calls (required: a rehearsal
         has no backend of its own). Other options are refused: the task is fixed."""
+        begun, self._begun = self._begun, None
+        if begun is not None and begun[0] == (seed, options):
+            return begun[1]  # the end of a reset begun with the same seed and options
         super().reset(seed=seed)
         options = dict(options or {})
         backend = options.pop("backend", None)
@@ -116,6 +121,15 @@ class RehearsalFork(gym.Env[str, str]):
             raise ValueError(f"RehearsalFork replays one fixed state; options {sorted(options)} do not apply")
         self.current = self._snapshot.fork(backend=backend)
         return self._obs, self.current.build_info([], [])
+
+    def begin_reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> PendingStep:
+        """A rehearsal's start asks no model (its opening is the live episode's): it resets here, and ``reset``
+        with the same seed and options ends it (see ``ToolCallEnv.begin_reset``)."""
+        from ..env import PendingStep
+
+        outcome = self.reset(seed=seed, options=options)
+        self._begun = ((seed, options), outcome)
+        return PendingStep(0, [])
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         return self._playing().step(action)

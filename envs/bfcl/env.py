@@ -15,7 +15,7 @@ from typing import Any
 
 from envace_gym.backends.base import Backend, ToolResult
 from envace_gym.calls import ErrorCode, ToolCall
-from envace_gym.env import DEFAULT_SYSTEM_PROMPT, ToolCallEnv
+from envace_gym.env import DEFAULT_SYSTEM_PROMPT, ResetPlay, ToolCallEnv
 from envace_gym.rewards import RewardContext
 from envace_gym.tasks import Task
 
@@ -146,8 +146,8 @@ class BFCLEnv(ToolCallEnv):
         self._call_steps = 0
 
     # ------------------------------------------------------------------ gym API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        observation, _ = super().reset(seed=seed, options=options)
+    def play_reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetPlay:
+        observation, _ = yield from super().play_reset(seed=seed, options=options)
         assert self.task is not None
         meta = self.task.metadata
         if meta.get("system"):

@@ -25,7 +25,7 @@ from envace_gym.calls import (
     tool_calls_to_openai,
     tool_names_of,
 )
-from envace_gym.env import AnswerTurn, EndTurn, ToolCallEnv, play_here
+from envace_gym.env import AnswerTurn, EndTurn, ResetPlay, ToolCallEnv
 from envace_gym.imagination.protocol import JudgeRequest, ModelRole, ModelUser, UserRequest
 from envace_gym.tasks import Task, TaskSuite
 
@@ -120,8 +120,10 @@ class Tau2Env(ToolCallEnv):
         self._verdicts: list[bool] | None = None
 
     # ------------------------------------------------------------------ episode
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed, options=options)
+    def play_reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetPlay:
+        """The episode's start; the user's opening turn is a request where a model plays the user (the rollout
+        loop answers it, batched), else played here."""
+        yield from super().play_reset(seed=seed, options=options)
         task = self.task
         assert task is not None
         meta = task.metadata.get("tau2")
@@ -155,7 +157,7 @@ class Tau2Env(ToolCallEnv):
         ]
         if hasattr(self.user, "reset"):
             self.user.reset(task)
-        opening, ending = play_here(self._user_turn(), self.answer_user)  # the opening: one per episode
+        opening, ending = yield from self._user_turn()  # the opening: one per episode
         if ending is not None or not opening:
             # A user that stops (or fails) before saying anything: the scenario's own opening stands in.
             if ending == "user_stop":
