@@ -195,13 +195,31 @@ def docs_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def cartpole_table(result: dict[str, Any]) -> str:
+    """The "per CartPole" table: the current path's steps per CPU second against CartPole-v1's, same run."""
+    cartpole = result["setup"]["cartpole_steps_per_cpu_s"]
+    lines = [
+        "| policy | current path (steps per CPU s) | CartPole-v1 (steps per CPU s) | share of CartPole |",
+        "|---|---|---|---|",
+    ]
+    for row in result["results"]:
+        lines.append(f"| {row['policy']} | {row['new']['steps_per_cpu_s']:,} | {cartpole:,} | {row['per_cartpole']:.3f} |")
+    return "\n".join(lines)
+
+
 def write_docs(path: str) -> None:
-    """Rewrite the env-step block of ``docs/benchmarks.md`` from a ``--json`` output file; run nothing."""
+    """Rewrite the env-step blocks of ``docs/benchmarks.md`` from a ``--json`` output file (the old-vs-current
+    table when the run timed both paths, the per-CartPole table always); run nothing."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _docs import write_block
 
-    changed = write_block("benchmarks.md", "env-step", docs_table(json.loads(Path(path).read_text())))
-    print(f"docs/benchmarks.md: env-step {'rewritten' if changed else 'unchanged'}")
+    result = json.loads(Path(path).read_text())
+    blocks = {"env-step-cartpole": cartpole_table(result)}
+    if all("old" in row for row in result["results"]):
+        blocks["env-step"] = docs_table(result)
+    for name, table in blocks.items():
+        changed = write_block("benchmarks.md", name, table)
+        print(f"docs/benchmarks.md: {name} {'rewritten' if changed else 'unchanged'}")
 
 
 def main() -> None:

@@ -181,7 +181,7 @@ def test_inline_request_carries_the_actor_conversation_and_keeps_the_text_verbat
         "content": action,
         "tool_calls": info["messages"][-2]["tool_calls"],
     }
-    assert request.tools == info["tools"] and request.context_ids is None
+    assert request.tools == info["tools"] and not hasattr(request, "context_ids")
     assert info["messages"][-1]["content"] == '{"balance":  12.5 , "currency": "EUR"}'  # not re-serialised
     assert obs == '<tool_response>\n{"balance":  12.5 , "currency": "EUR"}\n</tool_response>'
     assert parse_inline_result(" [1] ") == ([1], None)

@@ -557,3 +557,20 @@ def test_a_step_is_one_generator_with_no_flag_threaded_through():
     assert not offenders, offenders
     assert inspect.isgeneratorfunction(ToolCallEnv.play_step)
     assert [r.role for r in (ImagineRequest, UserRequest, JudgeRequest)] == ["env_role", "user", "judge"]
+
+
+def test_the_actors_context_stays_on_the_agent_side():
+    """An env-role request is what the env knows (the conversation, the call, the mode, the schemas); the
+    actor's exact tokens and KV-cache key are the agent side's, kept by env index and passed beside it."""
+    import dataclasses
+
+    from envace_gym.imagination import ImagineRequest
+
+    assert {f.name for f in dataclasses.fields(ImagineRequest)} == {"messages", "tool", "arguments", "mode", "tools"}
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted(CORE.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"context_ids|context_text|ActorContext", line)
+    ]
+    assert not offenders, offenders

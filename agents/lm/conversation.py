@@ -8,11 +8,11 @@ a token itself.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from envace_gym.imagination import EnvRoleSample, ImagineRequest
+from envace_gym.imagination import EnvRoleAnswer, EnvRoleSample
 
 from .chat import ChatFormat, TokenStream, assistant_text
 
@@ -20,7 +20,18 @@ if TYPE_CHECKING:
     from .engine import Generation
     from .policy import LMPolicy
 
-__all__ = ["Conversation"]
+__all__ = ["ActorContext", "Conversation"]
+
+
+@dataclass(frozen=True)
+class ActorContext:
+    """What an actor's context holds when its env role is asked inline: the exact token ids (as sampled,
+    which re-tokenising the text need not reproduce), their text, and the engine's KV-cache key. The agent
+    side's, never the env's: `LMPolicy.imagine_batch` takes it beside the request."""
+
+    ids: tuple[int, ...]
+    text: str
+    key: str | None = None
 
 
 class Conversation:
@@ -33,6 +44,7 @@ class Conversation:
         self.policy, self.key, self.tools = policy, key, list(tools)
         self.stream = TokenStream()
         self.prefix_len = 0  # the shared system+tools head of the first prompt (the engine may share its cache)
+        self._heard: ActorContext | None = None  # this step's last inline answer: the next call continues it
 
     def begin(self, messages: list[dict[str, Any]]) -> None:
         """The episode's prompt, up to the actor's first turn."""
@@ -46,6 +58,7 @@ class Conversation:
     def take(self, gen: Generation) -> str:
         """The actor's sampled turn, as sampled; its text (the env's action)."""
         self.stream.extend(gen.token_ids, "actor", gen.text + gen.stop_text, gen.logprobs)
+        self._heard = None
         return gen.text
 
     def commit(self, messages: list[dict[str, Any]], text: str) -> None:
@@ -54,18 +67,21 @@ class Conversation:
         chosen = [*messages, {"role": "assistant", "content": text}]
         actor_text = assistant_text(self.policy.chat, chosen, self.tools, self.stream.text)
         self.stream.extend(self.policy.chat.encode(actor_text), "actor", actor_text)
+        self._heard = None
 
-    def ask(self, request: ImagineRequest) -> ImagineRequest:
-        """An env-role request of this episode, continued from the actor's exact tokens and cache key (inline
-        mode), unless it already continues an earlier answer of the same message; a prompted request as it
-        is. The actor's context is the agent side's: the env asks without it."""
-        if request.mode != "inline":
-            return request
-        if request.context_ids is None:
-            return dataclasses.replace(
-                request, key=self.key, context_ids=list(self.stream.ids), context_text=self.stream.text
-            )
-        return dataclasses.replace(request, key=self.key)
+    def context(self) -> ActorContext:
+        """Where an inline env-role answer of this step continues the actor's context: after the step's
+        previous answer (`heard`), else after the actor's turn; under this episode's cache key."""
+        if self._heard is not None:
+            return self._heard
+        return ActorContext(tuple(self.stream.ids), self.stream.text, self.key)
+
+    def heard(self, answer: EnvRoleAnswer) -> None:
+        """An inline answer of this step: the step's next call continues from its tokens (the policy uses
+        them only where the rendered conversation still starts with their text)."""
+        if answer.prompt_ids and answer.prompt_text:
+            ids = (*answer.prompt_ids, *answer.token_ids)
+            self._heard = ActorContext(ids, answer.prompt_text + answer.text + answer.stop_text, self.key)
 
     def splice(self, samples: Sequence[EnvRoleSample]) -> None:
         """The step's inline env-role answers continue the stream as generated, up to one that does not (the

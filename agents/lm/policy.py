@@ -18,6 +18,7 @@ from envace_gym.agents.quiet import library_bars_off
 from envace_gym.imagination import ImagineRequest
 
 from .chat import ChatFormat
+from .conversation import ActorContext
 from .device import resolve_device
 from .engine import Generation, HFEngine, SamplingConfig
 from .models import load_model_and_tokenizer, tiny_model
@@ -205,22 +206,25 @@ class LMPolicy:
         requests: Sequence[ImagineRequest],
         sampling: SamplingConfig | None = None,
         generator: torch.Generator | None = None,
+        contexts: Sequence[ActorContext | None] | None = None,
     ) -> list[Generation]:
         """Env-role answers: prompted requests from their env-role prompt; inline ones continue the actor's
-        conversation with a tool message (from its exact token context and KV cache when given). They draw
-        from ``generator`` (the rollout's env-role stream, which ``collect`` keeps); without one, from this
-        policy's own stream (seeded from ``sampling.seed + 1`` on first use, or by `reseed`)."""
+        conversation with a tool message (from the actor's exact tokens and KV cache, ``contexts[i]``, where
+        the rollout loop knows them; else re-encoded from the messages). They draw from ``generator`` (the
+        rollout's env-role stream, which ``collect`` keeps); without one, from this policy's own stream
+        (seeded from ``sampling.seed + 1`` on first use, or by `reseed`)."""
         sampling = sampling or self.sampling
         if generator is None and self._env_role_rng is None and sampling.seed is not None:
             # One stream for all env-role calls: re-seeding per call would repeat the same draws.
             self._env_role_rng = torch.Generator().manual_seed(sampling.seed + 1)
+        contexts = list(contexts) if contexts is not None else [None] * len(requests)
         encoded = [
-            self._inline_prompt(r) if r.mode == "inline" else (*self.encode_prompt(r.messages), "", "")
-            for r in requests
+            self._inline_prompt(r, c) if r.mode == "inline" else (*self.encode_prompt(r.messages), "", "")
+            for r, c in zip(requests, contexts, strict=True)
         ]
         gens = self.generate_ids(
             [e[0] for e in encoded],
-            keys=[r.key for r in requests],
+            keys=[c.key if c is not None else None for c in contexts],
             sampling=sampling,
             generator=generator if generator is not None else self._env_role_rng,
             prefix_lens=[e[1] for e in encoded],
@@ -233,12 +237,11 @@ class LMPolicy:
         what an uninterrupted one did."""
         self._env_role_rng = torch.Generator().manual_seed(seed + 1)
 
-    def _inline_prompt(self, request: ImagineRequest) -> tuple[list[int], int, str, str]:
+    def _inline_prompt(self, request: ImagineRequest, ctx: ActorContext | None) -> tuple[list[int], int, str, str]:
         text, closing = self.chat.tool_turn(request.messages, request.tools, request.tool)
-        ctx_ids, ctx_text = request.context_ids, request.context_text
-        if ctx_ids is not None and ctx_text is not None and text.startswith(ctx_text):
+        if ctx is not None and text.startswith(ctx.text):
             # The actor's sampled tokens stay as they are; only the tool-message header is encoded.
-            return list(ctx_ids) + self.chat.encode(text[len(ctx_text) :]), 0, text, closing
+            return list(ctx.ids) + self.chat.encode(text[len(ctx.text) :]), 0, text, closing
         return (*self._encode_with_head(text, request.messages, request.tools), text, closing)
 
     def generate_ids(

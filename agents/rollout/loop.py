@@ -52,11 +52,11 @@ import gymnasium as gym
 from tqdm.auto import tqdm
 
 from envace_gym.agents.lm.chat import ROLES, TokenStream
-from envace_gym.agents.lm.conversation import Conversation
+from envace_gym.agents.lm.conversation import ActorContext, Conversation
 from envace_gym.agents.lm.protocols import is_lm_policy
 from envace_gym.agents.rollout.hooks import PolicyChoice, PolicyHooks, PolicyNote, TurnContext
 from envace_gym.agents.rollout.remote import RemoteEnv, RemoteEnvs
-from envace_gym.imagination import EnvRoleSample, Imaginer, ModelRole
+from envace_gym.imagination import EnvRoleAnswer, EnvRoleSample, Imaginer, ModelRole
 from envace_gym.imagination.halfstep import (
     EnvGroup,
     LocalEnvs,
@@ -508,7 +508,9 @@ def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: EnvGroup, bo
         # The envs' steps, their requests answered round by round: one call per model and round.
         pending = begin_steps(group, indices, actions, imaginers, roles)
         while pending:
-            pending = continue_steps(group, answer_round(side.with_context(pending), imaginers, roles, *env_role))
+            answers = answer_round(pending, imaginers, roles, *env_role, contexts=side.contexts(pending))
+            side.heard(answers)
+            pending = continue_steps(group, answers)
         outcomes = group.step(indices, actions)  # ends each step through its env's wrappers
         still, fresh, turned = [], [], []
         for slot, outcome in zip(active, outcomes, strict=True):
@@ -625,10 +627,20 @@ class _LMActors:
         choices = self.choose_hook([s.env for s in slots], [s.obs for s in slots], [s.info for s in slots], self.ctx)
         return _chosen(slots, choices)
 
-    def with_context(self, requests: dict[int, Any]) -> dict[int, Any]:
-        """Each env's request, an env-role one continuing that env's conversation (the inline context: the
-        actor's exact tokens and cache key, which stay on this side, by env index)."""
-        return {i: _conversation(self.by_index[i]).ask(r) if r.role == "env_role" else r for i, r in requests.items()}
+    def contexts(self, requests: dict[int, Any]) -> dict[int, ActorContext]:
+        """The actor's context of each env whose env role is asked inline (its exact tokens and cache key,
+        which stay on this side, by env index)."""
+        return {
+            i: _conversation(self.by_index[i]).context()
+            for i, r in requests.items()
+            if r.role == "env_role" and r.mode == "inline"
+        }
+
+    def heard(self, answers: dict[int, Any]) -> None:
+        """A round's answers: an env's next inline call of this step continues the one it just heard."""
+        for i, answer in answers.items():
+            if isinstance(answer, EnvRoleAnswer):
+                _conversation(self.by_index[i]).heard(answer)
 
     def observe(self, slot: _Slot, info: dict[str, Any]) -> None:
         """The step's env-role samples; inline answers continue the actor's stream."""
@@ -656,8 +668,11 @@ class _TextActors:
     def name(self, slot: _Slot) -> str:
         return _policy_name(slot.actor)
 
-    def with_context(self, requests: dict[int, Any]) -> dict[int, Any]:
-        return requests  # a text policy's env-role requests need no context from the loop
+    def contexts(self, requests: dict[int, Any]) -> dict[int, Any]:
+        return {}  # a text policy's env role is asked with no context from the loop
+
+    def heard(self, answers: dict[int, Any]) -> None:
+        pass
 
     def prepare(self, slots: list[_Slot]) -> None:
         """Each policy's own hook, one env at a time."""

@@ -24,7 +24,7 @@ rehearsal's blocks are in `envace_gym.rehearsal`.
 context, so an engine that keeps the actor's KV cache computes only the result's tokens.
 """
 
-from .backend import ActorContext, ImaginedBackend
+from .backend import ImaginedBackend
 from .halfstep import answer_model_requests, answer_requests, roles_of, step_envs, user_of
 from .prompt import (
     ENV_ROLE_SYSTEM_PROMPT,
@@ -59,7 +59,6 @@ __all__ = [
     "BatchImaginer",
     "EnvRoleAnswer",
     "EnvRoleSample",
-    "ActorContext",
     "ImaginedBackend",
     "SelfRehearsalEnv",
     "RealResultImaginer",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from typing import Any
 
 from ..backends import make_backend
@@ -27,16 +26,7 @@ from .prompt import (
 )
 from .protocol import MODES, EnvRoleAnswer, EnvRoleSample, Imaginer, ImagineRequest
 
-__all__ = ["ActorContext", "ImaginedBackend"]
-
-
-@dataclass
-class ActorContext:
-    """What the actor's context holds right now: its token ids, their text, and its engine cache key."""
-
-    ids: list[int]
-    text: str
-    key: str | None = None
+__all__ = ["ImaginedBackend"]
 
 
 class ImaginedBackend:
@@ -110,8 +100,6 @@ class ImaginedBackend:
         self.log = log
         self.log_targets = log_targets
         self._history: History = []  # the calls that passed the checks so far: the log's state key
-        # Inline mode: what the previous answer of the message being run left in the actor's context.
-        self.context: ActorContext | None = None
         self.task: Task | None = None
         self.tools: list[ToolSpec] = []
         self._narrowed = False  # offer_only: tools offered by turn, the task's schemas no longer all apply
@@ -127,7 +115,6 @@ class ImaginedBackend:
         self.tools = list(task.tool_specs) if task is not None else []
         self._narrowed = False
         self.call_count = 0
-        self.context = None
         self._messages = []
         self._ok_calls = []
         self._history = []
@@ -149,9 +136,8 @@ class ImaginedBackend:
 
     def bind_conversation(self, messages: list[dict[str, Any]]) -> None:
         """The env's live message list (read, never written): what the env role is shown. Called as each
-        message's calls start, so an inline context continued from an earlier message ends here."""
+        message's calls start."""
         self._messages = messages
-        self.context = None
 
     def execute(self, call: ToolCall) -> ToolResult:
         """One call, answered by `imaginer` now (`run`, then `answer_here` answers its request)."""
@@ -168,9 +154,7 @@ class ImaginedBackend:
         """The deterministic checks' result, or (the call passed them) the call pending on the env role: it
         yields the `ImagineRequest` once, is sent the answer (an `EnvRoleAnswer`, a generation with its
         fields, a string, or the exception the env role raised) and returns the result. How the env's step
-        (``ToolCallEnv``) asks for answers that a rollout loop batches. An inline request continues
-        ``context`` (the previous answer of this message) when there was one; otherwise the caller may fill in
-        the actor's exact context (``context_ids``/``context_text``)."""
+        (``ToolCallEnv``) asks for answers that a rollout loop batches."""
         assert self.task is not None, "reset() first"
         self.call_count += 1
         error = validate_call(call, {s.name: s for s in self.tools})
@@ -225,10 +209,6 @@ class ImaginedBackend:
             return ToolResult(call, None, failure.error, sample=sample, fatal=self.end_on_failure)
         self._ok_calls.append(call)
         if self.mode == "inline":
-            if sample.prompt_ids and sample.prompt_text:  # the next call of this step continues from here
-                key = self.context.key if self.context else None
-                ids = sample.prompt_ids + sample.completion_ids
-                self.context = ActorContext(ids, sample.prompt_text + sample.completion_text, key)
             return ToolResult(call, value, text=text, sample=sample)
         return ToolResult(call, value, sample=sample)
 
@@ -246,7 +226,6 @@ class ImaginedBackend:
         clone = copy.copy(self)
         clone._ok_calls = list(self._ok_calls)
         clone._history = list(self._history)
-        clone.context = None
         clone._shadow = self._shadow.copy() if self._shadow is not None else None
         clone._grounding_rng = random.Random()
         clone._grounding_rng.setstate(self._grounding_rng.getstate())
@@ -299,15 +278,11 @@ class ImaginedBackend:
                 self.task, call, self._messages, self.tools, self.grounding, examples=examples
             )
             return ImagineRequest(prompt, call.name, call.arguments)
-        ctx = self.context
         whole = self.task.tools and not self._narrowed  # the task's own schemas, unless offered by turn
         return ImagineRequest(
             list(self._messages),
             call.name,
             call.arguments,
-            key=ctx.key if ctx else None,
             mode="inline",
             tools=list(self.task.tools) if whole else [s.to_openai() for s in self.tools],
-            context_ids=list(ctx.ids) if ctx else None,
-            context_text=ctx.text if ctx else None,
         )

@@ -179,12 +179,14 @@ def answer_requests(
     imaginers: Sequence[Imaginer | None],
     sampling: SamplingLike | None = None,
     rng: object | None = None,
+    contexts: Sequence[object | None] | None = None,
 ) -> list[EnvRoleAnswer | Exception]:
     """Each request's answer from its imaginer: one ``imagine_batch(requests, sampling)`` call per imaginer
     (requests in the order given; ``generator=rng`` too where the rollout keeps the env role's sampling
-    stream), or ``imagine(request)`` one by one for an imaginer that cannot batch. An
-    imaginer that raises (or answers with something that is no answer) answers with its exception, which the
-    env turns into that call's error."""
+    stream, ``contexts=`` where the agent side gave any: its own data, passed through unread), or
+    ``imagine(request)`` one by one for an imaginer that cannot batch. An imaginer that raises (or answers
+    with something that is no answer) answers with its exception, which the env turns into that call's
+    error."""
     answers: list[Any] = [None] * len(requests)
     groups: dict[int, list[int]] = {}
     for i, imaginer in enumerate(imaginers):
@@ -203,8 +205,11 @@ def answer_requests(
                 except Exception as exc:  # contained like a crashing tool (the env reports it)
                     answers[i] = exc
             continue
+        given = [contexts[i] for i in members] if contexts is not None else []
         try:
-            if sampling is None:
+            if any(c is not None for c in given):
+                gens = imaginer.imagine_batch(asked, sampling, generator=rng, contexts=given)
+            elif sampling is None:
                 gens = imaginer.imagine_batch(asked)
             elif rng is None:
                 gens = imaginer.imagine_batch(asked, sampling)
@@ -274,11 +279,13 @@ def answer_round(
     roles: Sequence[Mapping[str, ModelRole]],
     sampling: SamplingLike | None = None,
     rng: object | None = None,
+    contexts: Mapping[int, object] | None = None,
 ) -> dict[int, EnvRoleAnswer | str | Exception | None]:
     """One round's answers, by env index: env-role requests by ``imaginers[i]`` (`answer_requests`: one call
-    per imaginer), user turns and verdicts by the model of ``roles[i][request.role]``
-    (`answer_model_requests`: one call per model); every answerer is given the rollout's world ``sampling``
-    and random stream ``rng`` (the env role's: a rollout draws the same whatever ran before it)."""
+    per imaginer, given the agent side's ``contexts[i]`` where it has one), user turns and verdicts by the
+    model of ``roles[i][request.role]`` (`answer_model_requests`: one call per model); every answerer is
+    given the rollout's world ``sampling`` and random stream ``rng`` (the env role's: a rollout draws the
+    same whatever ran before it)."""
     turns = [i for i, r in requests.items() if r.role != "env_role"]
     calls = [i for i, r in requests.items() if r.role == "env_role"]
     answers: dict[int, EnvRoleAnswer | str | Exception | None] = {}
@@ -289,7 +296,13 @@ def answer_round(
         rng,
     )
     answers.update(zip(turns, said, strict=True))
-    said_calls = answer_requests([requests[i] for i in calls], [imaginers[i] for i in calls], sampling, rng)  # type: ignore[misc]
+    said_calls = answer_requests(
+        [requests[i] for i in calls],  # type: ignore[misc]
+        [imaginers[i] for i in calls],
+        sampling,
+        rng,
+        [contexts.get(i) for i in calls] if contexts else None,
+    )
     answers.update(zip(calls, said_calls, strict=True))
     return answers
 

@@ -37,20 +37,16 @@ class ImagineRequest:
     ``mode="prompted"``: ``messages`` is the env-role prompt (system + user). ``mode="inline"``:
     ``messages`` is the actor's own conversation up to this call (its assistant message and this step's
     earlier tool messages included) and ``tools`` the actor's tool schemas; the env role continues it with
-    a ``tool`` message. ``context_ids``/``context_text`` are the actor's exact token context when the rollout
-    engine knows it (its sampled tokens, which re-tokenising the text need not reproduce), and ``key`` the
-    conversation whose KV cache the engine may reuse.
+    a ``tool`` message. What the actor's engine knows of that conversation (its exact tokens, its KV-cache
+    key) is not the env's: the agent side keeps it by env index and passes it to its own ``imagine_batch``.
     """
 
     role: ClassVar[str] = "env_role"  # who answers it: the env role (`Imaginer`); a user or judge request says so too
     messages: list[dict[str, Any]]
     tool: str = ""
     arguments: dict[str, Any] = field(default_factory=dict)
-    key: str | None = None
     mode: Mode = "prompted"
     tools: list[dict[str, Any]] = field(default_factory=list)
-    context_ids: list[int] | None = None
-    context_text: str | None = None
 
 
 @dataclass
@@ -166,10 +162,16 @@ class BatchImaginer(Imaginer, Protocol):
     """An imaginer that answers many requests in one engine call (an ``LMPolicy``): the rollout loop and
     the vector envs send each round's env-role requests as one ``imagine_batch`` call, with the env role's
     sampling passed in (None: the imaginer's own) and, where the rollout keeps one, its sampling stream
-    (``generator``: a ``torch.Generator`` for an ``LMPolicy``; None: the imaginer's own)."""
+    (``generator``: a ``torch.Generator`` for an ``LMPolicy``; None: the imaginer's own). An agent side that
+    knows more of a request's context than the env (an LM actor's exact tokens and cache key, inline) passes
+    it as ``contexts``, one per request, opaque to the env; only to an imaginer it gave that context for."""
 
     def imagine_batch(
-        self, requests: Sequence[ImagineRequest], sampling: SamplingLike | None = None, generator: object | None = None
+        self,
+        requests: Sequence[ImagineRequest],
+        sampling: SamplingLike | None = None,
+        generator: object | None = None,
+        contexts: Sequence[object | None] | None = None,
     ) -> list[Answer]: ...
 
 
