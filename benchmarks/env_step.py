@@ -203,7 +203,9 @@ def cartpole_table(result: dict[str, Any]) -> str:
         "|---|---|---|---|",
     ]
     for row in result["results"]:
-        lines.append(f"| {row['policy']} | {row['new']['steps_per_cpu_s']:,} | {cartpole:,} | {row['per_cartpole']:.3f} |")
+        lines.append(
+            f"| {row['policy']} | {row['new']['steps_per_cpu_s']:,} | {cartpole:,} | {row['per_cartpole']:.3f} |"
+        )
     return "\n".join(lines)
 
 
