@@ -36,7 +36,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from .compose import check_imaginer, make_env
 from .imagination import Imaginer
-from .imagination.halfstep import LocalEnvs, imaginer_of, roles_of, step_envs
+from .imagination.halfstep import LocalEnvs, imaginer_of, reset_envs, roles_of, step_envs
 from .worker import WorkerEnv
 
 __all__ = [
@@ -148,13 +148,21 @@ class ToolCallVectorEnv(VectorEnv):
                 raise ValueError(
                     f"options[{key!r}] has {len(values)} entries for {self.num_envs} envs; give one per env"
                 )
-        infos: dict[str, Any] = {}
-        for i in np.flatnonzero(mask):
+        resets = {}
+        for i in np.flatnonzero(mask).tolist():
             env_options = {**options, **{k: v[i] for k, v in per_env.items() if v[i] is not None}}
-            self._env_obs_list[i], info = self.envs[i].reset(seed=seeds[i], options=env_options or None)
+            resets[i] = (self.envs[i], seeds[i], env_options or None)
+        infos: dict[str, Any] = {}
+        for i, (obs, info) in self._reset(resets).items():
+            self._env_obs_list[i] = obs
             infos = add_info(infos, info, i, self.num_envs)
         self._needs_reset[mask] = False
         return self._batched_obs(), infos
+
+    def _reset(self, resets: dict[int, tuple[gym.Env, int | None, dict[str, Any] | None]]) -> dict[int, tuple]:
+        """`reset_envs`: the opening turns of model users (tau2's) answered here, batched across the envs that
+        start together, never inside an env's ``reset``."""
+        return reset_envs(self._local, resets, self._imaginers, self._roles)
 
     def _reset_mask(self, mask: Any) -> np.ndarray:
         if mask is None:
@@ -195,16 +203,21 @@ class ToolCallVectorEnv(VectorEnv):
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terminations = np.zeros(self.num_envs, dtype=np.bool_)
         truncations = np.zeros(self.num_envs, dtype=np.bool_)
+        for i, outcome in outcomes.items():
+            rewards[i], terminations[i], truncations[i] = outcome[1:4]
+        # NEXT_STEP: an env that ended last step resets now (its action ignored); SAME_STEP: one that ends now.
+        ended = terminations | truncations if self.autoreset_mode == AutoresetMode.SAME_STEP else None
+        again = [i for i in range(self.num_envs) if i not in outcomes or (ended is not None and ended[i])]
+        fresh = self._reset({i: (self.envs[i], None, None) for i in again})
         infos: dict[str, Any] = {}
-        for i, env in enumerate(self.envs):
-            if i not in outcomes:  # NEXT_STEP: the env ended last step, this step resets it (its action ignored)
-                self._env_obs_list[i], env_info = env.reset()
-            else:
-                obs, rewards[i], terminations[i], truncations[i], env_info = outcomes[i]
+        for i in range(self.num_envs):
+            if i in outcomes:
+                obs, env_info = outcomes[i][0], outcomes[i][4]
                 self._env_obs_list[i] = obs
-                if self.autoreset_mode == AutoresetMode.SAME_STEP and (terminations[i] or truncations[i]):
+                if i in fresh:
                     infos = add_info(infos, {"final_obs": obs, "final_info": env_info}, i, self.num_envs)
-                    self._env_obs_list[i], env_info = env.reset()
+            if i in fresh:
+                self._env_obs_list[i], env_info = fresh[i]
             infos = add_info(infos, env_info, i, self.num_envs)
         self._needs_reset = np.logical_or(terminations, truncations)
         return self._batched_obs(), rewards, terminations, truncations, infos

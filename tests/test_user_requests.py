@@ -320,3 +320,21 @@ def test_a_model_user_samples_with_the_rollouts_sampling_and_stream():
     again, _ = user_turns(3)
     other, _ = user_turns(4)
     assert first and first == again and first != other
+
+
+def test_the_native_vector_env_batches_openings_and_calls_no_model_inside_reset_or_step(monkeypatch):
+    """``ToolCallVectorEnv`` over tau2 envs whose user a model plays: the envs that start together get their
+    opening turns in one call (at ``reset`` and at autoreset), and no model is called inside an env's
+    ``reset`` or ``step``."""
+    from envace_gym.vector import ToolCallVectorEnv
+
+    _Stepping.guard(monkeypatch)
+    model = UserModel(patience=0)
+    vec = ToolCallVectorEnv([lambda: gym.make("EnvACE-Tau2-v0", domain="mock", split=None, user=model)] * 3)
+    obs, _ = vec.reset(seed=0, options={"task_id": [TASK] * 3})
+    assert model.batches == [3] and model.single == 0  # the three openings, one call
+    assert all("task_1" in o for o in obs)
+    _, _, terminated, _, _ = vec.step(["Could you tell me more?"] * 3)  # the user stops: one call
+    assert terminated.all() and model.batches == [3, 3]
+    vec.step(["ignored"] * 3)  # NEXT_STEP autoreset: the three new openings, one call
+    assert model.batches == [3, 3, 3] and model.single == 0

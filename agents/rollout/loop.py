@@ -61,10 +61,10 @@ from envace_gym.imagination.halfstep import (
     EnvGroup,
     LocalEnvs,
     answer_round,
-    begin_reset,
     begin_steps,
     continue_steps,
     imaginer_of,
+    reset_envs,
     roles_of,
 )
 from envace_gym.jsonl import read_jsonl
@@ -533,13 +533,7 @@ def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: EnvGroup, bo
 def _reset(group: EnvGroup, imaginers: list, roles: list, env_role: tuple, slot: _Slot, seed, options) -> tuple:
     """``slot``'s env reset; where a model plays a part of its world (tau2's model user, whose opening turn
     starts the episode), in halves, its requests answered here as a step's are (never inside ``reset``)."""
-    if not slot.roles:
-        return slot.env.reset(seed=seed, options=options)
-    begun = begin_reset(slot.env, seed, options)
-    pending = {slot.index: begun.requests[0]} if begun.requests else {}
-    while pending:
-        pending = continue_steps(group, answer_round(pending, imaginers, roles, *env_role))
-    return slot.env.reset(seed=seed, options=options)
+    return reset_envs(group, {slot.index: (slot.env, seed, options)}, imaginers, roles, *env_role)[slot.index]
 
 
 def _restart_overflowing(side: _LMActors | _TextActors, active: list[_Slot], book: _Episodes) -> list[_Slot]:

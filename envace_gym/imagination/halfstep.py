@@ -47,6 +47,7 @@ __all__ = [
     "continue_steps",
     "half_step_route",
     "imaginer_of",
+    "reset_envs",
     "roles_of",
     "step_envs",
     "user_of",
@@ -331,9 +332,29 @@ def step_envs(
     worker processes) with ``actions``; results in order: `begin_steps`, then `answer_round` and
     `continue_steps` while any env waits, then ``env.step(action)`` through each env's wrappers. The rounds
     written out, for a caller with no context to add to a request (the native vector env); the rollout loop
-    runs them itself, adding each inline request's actor context first."""
+    runs them itself, passing each inline request's actor context beside it."""
     played = list(roles) if roles is not None else [{}] * len(imaginers)
     pending = begin_steps(group, indices, actions, imaginers, played)
     while pending:
         pending = continue_steps(group, answer_round(pending, imaginers, played, sampling, rng))
     return group.step(list(indices), list(actions))  # ends each begun step through its wrappers
+
+
+def reset_envs(
+    group: EnvGroup,
+    resets: Mapping[int, tuple[gym.Env, int | None, dict[str, Any] | None]],
+    imaginers: Sequence[Imaginer | None],
+    roles: Sequence[Mapping[str, ModelRole]],
+    sampling: SamplingLike | None = None,
+    rng: object | None = None,
+) -> dict[int, tuple]:
+    """Reset the envs of ``resets`` (env index -> the env, its seed, its options); each ``(obs, info)`` by index.
+    Where a model plays a part of an env's world (``roles[i]``: tau2's model user, whose opening turn starts
+    the episode) the reset runs in halves (`begin_reset`): the openings of all envs are answered in rounds, one
+    call per model and round, as a step's requests are; then ``env.reset`` with the same seed and options
+    ends each one. No model is called inside ``reset``."""
+    halves = {i: begin_reset(env, seed, options) for i, (env, seed, options) in resets.items() if roles[i]}
+    pending = {i: p.requests[0] for i, p in halves.items() if p.requests}
+    while pending:
+        pending = continue_steps(group, answer_round(pending, imaginers, roles, sampling, rng))
+    return {i: env.reset(seed=seed, options=options) for i, (env, seed, options) in resets.items()}
