@@ -42,10 +42,10 @@ from .worker import PerEnvCall
 if TYPE_CHECKING:
     from .imagination.protocol import (
         EnvRoleAnswer,
-        ImagineRequest,
         JudgeRequest,
         ModelRequest,
         ModelUser,
+        Request,
         UserRequest,
     )
 
@@ -123,19 +123,19 @@ class PendingStep:
     """
 
     step: int  # the episode's step it belongs to (``env.steps``)
-    requests: list[ImagineRequest | ModelRequest] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
 
 
 #: What `ToolCallEnv.step` returns: ``(observation, reward, terminated, truncated, info)``.
 StepOutcome = tuple[str, float, bool, bool, dict[str, Any]]
 #: One step as `ToolCallEnv.play_step` plays it: yields each request (an imagined call's, a user's turn, a
 #: judge's verdict), is sent its answer, returns the step's outcome.
-StepPlay = Generator["ImagineRequest | ModelRequest", Any, StepOutcome]
+StepPlay = Generator["Request", Any, StepOutcome]
 
 
 #: The start of an episode as `ToolCallEnv.play_reset` plays it: yields each request (a model user's opening
 #: turn), is sent its answer, returns ``(observation, info)``.
-ResetPlay = Generator["ImagineRequest | ModelRequest", Any, tuple[str, dict[str, Any]]]
+ResetPlay = Generator["Request", Any, tuple[str, dict[str, Any]]]
 
 
 @dataclass
@@ -152,7 +152,7 @@ class _StepInFlight:
 
     action: Any  # step(action) ends the step with the same action
     play: StepPlay
-    request: ImagineRequest | ModelRequest | None = None
+    request: Request | None = None
     outcome: StepOutcome | None = None
 
 
@@ -744,7 +744,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
             raise
         return PendingStep(self.steps, [flight.request] if flight.request is not None else [])
 
-    def _answer_here(self, request: ImagineRequest | ModelRequest) -> Any:
+    def _answer_here(self, request: Request) -> Any:
         """This env's own answer to a request: an imagined call's by its backend's env role (``answer_here``),
         a user's turn by `answer_user`, a verdict by `answer_judge`."""
         if request.role == "judge":

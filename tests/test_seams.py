@@ -545,7 +545,7 @@ def test_a_step_is_one_generator_with_no_flag_threaded_through():
     import inspect
 
     from envace_gym.env import ToolCallEnv
-    from envace_gym.imagination import ImagineRequest, JudgeRequest, UserRequest
+    from envace_gym.imagination import ImagineRequest, JudgeRequest, Request, UserRequest
 
     offenders = [
         f"{path.relative_to(ROOT)}:{n}"
@@ -556,7 +556,12 @@ def test_a_step_is_one_generator_with_no_flag_threaded_through():
     ]
     assert not offenders, offenders
     assert inspect.isgeneratorfunction(ToolCallEnv.play_step)
+    # One request type: every kind is a `Request` and names who answers it; the step yields nothing else.
+    assert all(issubclass(r, Request) for r in (ImagineRequest, UserRequest, JudgeRequest))
     assert [r.role for r in (ImagineRequest, UserRequest, JudgeRequest)] == ["env_role", "user", "judge"]
+    from envace_gym.env import ResetPlay, StepPlay
+
+    assert [p.__args__[0] for p in (StepPlay, ResetPlay)] == ["Request"] * 2
 
 
 def test_the_actors_context_stays_on_the_agent_side():

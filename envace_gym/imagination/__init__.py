@@ -6,7 +6,7 @@ One vocabulary here: an *imagined* result comes from an *imaginer* (whoever play
 env role is EnvACE's world rehearsal (``SelfRehearsalEnv`` keeps the method's name); test-time private
 rehearsal's blocks are in `envace_gym.rehearsal`.
 
-* `protocol`: `ImagineRequest` (what the env role is asked) and `EnvRoleSample` (what
+* `protocol`: `Request` (what a step waits on; `ImagineRequest`: what the env role is asked) and `EnvRoleSample` (what
   one answer leaves for training). The wrapper needs only an object with ``imagine(ImagineRequest)``: the
   core never imports the agents package.
 * `prompt`: the prompted-mode env-role prompt (EnvACE's reference behaviour: candidate tool
@@ -45,6 +45,7 @@ from .protocol import (
     Mode,
     ModelRole,
     ModelUser,
+    Request,
     UserRequest,
 )
 from .wrapper import ON_INVALID, RealResultImaginer, SelfRehearsalEnv
@@ -65,6 +66,7 @@ __all__ = [
     "JudgeRequest",
     "ModelRole",
     "ModelUser",
+    "Request",
     "UserRequest",
     "step_envs",
     "answer_model_requests",

@@ -28,6 +28,7 @@ from .protocol import (
     ModelRequest,
     ModelRole,
     ModelUser,
+    Request,
     SamplingLike,
 )
 
@@ -262,7 +263,7 @@ def begin_steps(
     actions: Sequence[Any],
     imaginers: Sequence[Imaginer | None],
     roles: Sequence[Mapping[str, ModelRole]],
-) -> dict[int, ImagineRequest | ModelRequest]:
+) -> dict[int, Request]:
     """Begin the steps of envs ``indices`` of ``group`` whose requests a caller answers (an env with an
     imaginer, ``imaginers[i]``, or a model role, ``roles[i]``); returns the request each waits on, by env
     index (an env that waits on none is not in it). The others step whole in `finish_steps` (their own
@@ -275,7 +276,7 @@ def begin_steps(
 
 
 def answer_round(
-    requests: Mapping[int, ImagineRequest | ModelRequest],
+    requests: Mapping[int, Request],
     imaginers: Sequence[Imaginer | None],
     roles: Sequence[Mapping[str, ModelRole]],
     sampling: SamplingLike | None = None,
@@ -310,7 +311,7 @@ def answer_round(
 
 def continue_steps(
     group: EnvGroup, answers: Mapping[int, EnvRoleAnswer | str | Exception | None]
-) -> dict[int, ImagineRequest | ModelRequest]:
+) -> dict[int, Request]:
     """Hand each env its answer (``continue_step``); returns the request each still waits on, by env index."""
     indices = list(answers)
     if not indices:

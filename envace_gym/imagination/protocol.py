@@ -19,6 +19,7 @@ __all__ = [
     "JudgeRequest",
     "ModelRole",
     "ModelUser",
+    "Request",
     "UserRequest",
     "EnvRoleSample",
     "SamplingLike",
@@ -31,7 +32,17 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 
 
 @dataclass
-class ImagineRequest:
+class Request:
+    """What a step (or a reset) waits on: a model's answer to ``messages``. ``role`` says who answers
+    (``"env_role"``: the env role, an imagined tool result; ``"user"``: a simulated user's turn; ``"judge"``: a
+    verdict), one answerer per role; each kind below adds what its answerer needs."""
+
+    role: ClassVar[str]
+    messages: list[dict[str, Any]]
+
+
+@dataclass
+class ImagineRequest(Request):
     """One request to the environment role: its chat prompt and the call it is about.
 
     ``mode="prompted"``: ``messages`` is the env-role prompt (system + user). ``mode="inline"``:
@@ -41,8 +52,7 @@ class ImagineRequest:
     key) is not the env's: the agent side keeps it by env index and passes it to its own ``imagine_batch``.
     """
 
-    role: ClassVar[str] = "env_role"  # who answers it: the env role (`Imaginer`); a user or judge request says so too
-    messages: list[dict[str, Any]]
+    role: ClassVar[str] = "env_role"  # answered by the env role (`Imaginer`)
     tool: str = ""
     arguments: dict[str, Any] = field(default_factory=dict)
     mode: Mode = "prompted"
@@ -50,7 +60,7 @@ class ImagineRequest:
 
 
 @dataclass
-class UserRequest:
+class UserRequest(Request):
     """A request for a simulated user's next message, where a model plays the user (tau2's LM user, or the
     `ImaginedUser` of a private rehearsal): ``messages`` is the conversation
     from the user's side and ``tools`` the user's own tool schemas (telecom's device tools; else empty). The
@@ -58,18 +68,16 @@ class UserRequest:
     the env's process; what a worker env does when its parent cannot reach its user)."""
 
     role: ClassVar[str] = "user"  # which of the env's model roles answers it (`ModelRole`)
-    messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
-class JudgeRequest:
+class JudgeRequest(Request):
     """A request for a judge's verdict at the end of an episode, where a model judges (tau2's checklist judge
     of natural-language assertions): ``messages`` is the question, one assertion about the transcript. The
     answer is the judge's reply text, the exception it raised, or None: the env's own judge answers."""
 
     role: ClassVar[str] = "judge"
-    messages: list[dict[str, Any]]
 
 
 #: A request the rollout loop answers with a model other than the env role's imaginer.
