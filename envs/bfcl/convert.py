@@ -108,7 +108,8 @@ def single_turn_task(entry: dict[str, Any], category: str) -> Task:
 
 
 def _off_schema(tools: tuple[dict[str, Any], ...], calls: list[ToolCall]) -> bool:
-    specs = {s.name: s for s in (ToolSpec.from_openai(t) for t in tools)}
+    called = {c.name for c in calls}
+    specs = {t["function"]["name"]: ToolSpec.from_openai(t) for t in tools if t["function"]["name"] in called}
     return any(c.name in specs and validate_call(c, specs) is not None for c in calls)
 
 
