@@ -35,7 +35,8 @@ from .calls import (
 from .rewards import EpisodeRecord, score_episode
 from .spaces import UnicodeText
 from .suites import load_suite
-from .tasks import Task, TaskSuite
+from .task_checks import check_reference_calls
+from .tasks import Task, TaskFormatError, TaskSuite
 from .transcript import render_transcript
 from .worker import PerEnvCall
 
@@ -380,6 +381,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         self.task = self._select_task(options)
         self.backend = self.backend_for(self.task, override)
         self.backend.reset(self.task, seed=seed)
+        if not self.task.tools and self.task.reference:
+            self._check_reference(self.task)
         self.messages = [{"role": "system", "content": self.task.system or self.system_prompt}]
         self.messages.append({"role": "user", "content": self.task.user_turns[0]})
         self.record = EpisodeRecord(turn_answers=[None] * len(self.task.user_turns))
@@ -812,6 +815,20 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         if len(pool) == 0:
             raise ValueError(f"suite {suite.name!r} has no tasks in split {split!r}; splits: {suite.splits}")
         return pool
+
+    def _check_reference(self, task: Task) -> None:
+        # A task that lists no tools takes its backend's: only now can its reference calls be checked against
+        # them (`check_reference_calls`), once per task. A backend that knows no tools of its own (replayed
+        # or imagined results of a tool-less task) has nothing to check against.
+        checked = self.__dict__.setdefault("_checked_tasks", {})
+        if checked.get(task.id) is task or not self.backend.tools:
+            return
+        specs = {s.name: s for s in self.backend.tools}
+        owner = f"the tools of backend {task.backend!r}" if task.backend else "the episode's backend's tools"
+        problem = check_reference_calls(task, specs, owner=owner)
+        if problem is not None:
+            raise TaskFormatError(f"task {task.id!r}: {problem}")
+        checked[task.id] = task
 
     def _select_task(self, options: dict[str, Any]) -> Task:
         unknown = set(options) - {"task_id", "suite", "split"}

@@ -23,6 +23,7 @@ from jsonschema import Draft202012Validator
 
 from .calls import ToolCall
 from .rewards import reward_bases
+from .task_checks import check_listed_tools, check_task_shape
 from .tools import SchemaError, ToolSpec
 
 if TYPE_CHECKING:
@@ -83,7 +84,16 @@ class RefTurn:
 
 @dataclass(frozen=True)
 class Task:
-    """One episode's specification. See the module docstring."""
+    """One episode's specification. See the module docstring.
+
+    A task is checked when it is made (`envace_gym.task_checks`), each failure a `TaskFormatError` of one
+    line naming the task, the field and the fix: always, that ``user_turns`` is a sequence of strings and
+    ``reference`` a sequence of `RefTurn` whose steps are sequences of `RefCall` (the result inside the
+    call); when it lists ``tools``, that each reference call names one of them with arguments that validate
+    against its schema. A task that lists no tools takes its backend's, and is checked against those at its
+    first ``reset`` in a `envace_gym.ToolCallEnv`. `TaskSuite` and ``.jsonl`` task files build tasks here,
+    so they are checked the same way (a file's message starts with ``file:line:``).
+    """
 
     id: str
     user_turns: tuple[str, ...]
@@ -99,6 +109,13 @@ class Task:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # The checks of `envace_gym.task_checks` (shapes always; reference calls against the tools when the
+        # task lists them): a task built wrong fails here, not episodes later in the oracle or the reward.
+        problem = check_task_shape(self)
+        if problem is None and self.tools and self.reference:
+            problem = check_listed_tools(self)
+        if problem is not None:
+            raise TaskFormatError(f"task {self.id!r}: {problem}")
         if self.reference and len(self.reference) != len(self.user_turns):
             raise TaskFormatError(
                 f"task {self.id!r}: reference has {len(self.reference)} turns but there are "
@@ -178,6 +195,12 @@ class Task:
                 raise TaskFormatError(
                     f"field 'reward/{i}': {basis!r} is not a reward basis; use one of {list(reward_bases())}"
                 )
+        # Before the task is built: its checks read the tools, and a bad tool is the error to report.
+        for i, spec in enumerate(data.get("tools", [])):
+            try:
+                ToolSpec.from_openai(spec)
+            except SchemaError as exc:
+                raise TaskFormatError(f"field 'tools/{i}': {exc}") from None
         reference = tuple(
             RefTurn(
                 steps=tuple(
@@ -189,7 +212,7 @@ class Task:
             )
             for turn in data.get("reference", [])
         )
-        task = cls(
+        return cls(
             id=data["id"],
             user_turns=tuple(data["user_turns"]),
             tools=tuple(data.get("tools", [])),
@@ -203,12 +226,6 @@ class Task:
             max_turns=data.get("max_turns"),
             metadata=data.get("metadata", {}),
         )
-        for i, spec in enumerate(task.tools):
-            try:
-                ToolSpec.from_openai(spec)
-            except SchemaError as exc:
-                raise TaskFormatError(f"field 'tools/{i}': {exc}") from None
-        return task
 
 
 _REF_CALL = {

@@ -21,7 +21,14 @@ from typing import Any
 import jsonschema
 from jsonschema import Draft202012Validator
 
-__all__ = ["ToolSpec", "SchemaError", "schema_from_annotation", "bfcl_to_json_schema", "compact_signature"]
+__all__ = [
+    "ToolSpec",
+    "SchemaError",
+    "check_hinted",
+    "schema_from_annotation",
+    "bfcl_to_json_schema",
+    "compact_signature",
+]
 
 
 class SchemaError(ValueError):
@@ -106,6 +113,7 @@ class ToolSpec:
     def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> ToolSpec:
         """From a Python function's type hints and Google-style docstring (``Args:`` / ``Returns:``)."""
         sig = inspect.signature(fn)
+        check_hinted(fn, name)
         try:
             hints = typing.get_type_hints(fn)
         except Exception as exc:  # unresolvable forward references
@@ -116,7 +124,7 @@ class ToolSpec:
         for pname, param in sig.parameters.items():
             if pname in ("self", "cls") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 continue
-            schema = schema_from_annotation(hints.get(pname, Any))
+            schema = schema_from_annotation(hints.get(pname, Any))  # an explicit Any: {} (check_hinted)
             if pname in arg_docs:
                 schema["description"] = arg_docs[pname]
             if param.default is inspect.Parameter.empty:
@@ -157,6 +165,25 @@ class ToolSpec:
         """Messages for a result that breaks the ``returns`` schema; empty when valid or no schema."""
         validator = self._returns_validator  # type: ignore[attr-defined]
         return _messages(validator, result) if validator else []
+
+
+def check_hinted(fn: Callable[..., Any], name: str | None = None) -> None:
+    """Raise `SchemaError` naming the tool, the parameter and the fix when a parameter of ``fn`` (other than
+    ``self``/``cls``, ``*args``, ``**kwargs``) has no type hint.
+
+    An error rather than a schema that accepts anything: the schema is what the model is shown and what
+    every call is validated against, so a silent ``{}`` makes a typo'd or mistyped argument pass unnoticed,
+    and a warning scrolls past in a training log. The fix is one annotation; ``Any`` remains for a
+    parameter that really takes any JSON value. Only the annotation's presence is read, so ``@tool`` can
+    check when the class body runs, before forward references resolve."""
+    for pname, param in inspect.signature(fn).parameters.items():
+        if pname in ("self", "cls") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.annotation is inspect.Parameter.empty:
+            raise SchemaError(
+                f"tool {name or fn.__name__!r}: parameter {pname!r} has no type hint; annotate it "
+                f"(e.g. `{pname}: str`), or write `{pname}: Any` to accept any JSON value"
+            )
 
 
 @lru_cache(maxsize=4096)

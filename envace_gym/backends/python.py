@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..calls import ErrorCode, ToolCall
-from ..tools import ToolSpec
+from ..tools import ToolSpec, check_hinted
 from .base import ToolResult, state_digest, validate_call
 from .cow import CowDict, Txn, detach_json, overlay, plain_copy
 
@@ -41,9 +41,11 @@ INLINE_TOOLKITS = True
 
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None):
-    """Mark a `Toolkit` method (or a plain function) as a tool; its schema comes from its hints."""
+    """Mark a `Toolkit` method (or a plain function) as a tool; its schema comes from its hints. A parameter
+    without a type hint raises `SchemaError` here, naming the tool and the parameter (`check_hinted`)."""
 
     def mark(f: Callable[..., Any]) -> Callable[..., Any]:
+        check_hinted(f, name)  # fails where the tool is defined, not at the first backend built on it
         setattr(f, _TOOL_ATTR, {"name": name or f.__name__})
         return f
 
