@@ -168,3 +168,20 @@ def test_the_example_runs():
     lines = out.stdout.splitlines()
     assert lines[0].startswith("prompted: reward 1.0; ") and "<execution_result>" in lines[0]
     assert lines[1].startswith("inline: reward 1.0; ") and "<execution_result>" not in lines[1]
+
+
+def test_the_docs_show_how_to_script_an_env_role():
+    docs = ROOT / "docs"
+    api = (docs / "api.md").read_text()
+    for name in ("format_execution_result", "format_result", "read_answer"):
+        assert f"::: envace_gym.imagination.{name}\n" in api, name
+    backends = (docs / "backends.md").read_text()
+    for page in (backends, (docs / "own-tools.md").read_text()):
+        assert "## Script your own env role\n" in page and "examples/scripted_env_role.py" in page
+    # The message the page shows (wrapped there) is the one the env writes.
+    shown = backends.split("it is this one line (wrapped here):\n\n```text\n", 1)[1].split("\n```", 1)[0]
+    _, info = _stepped("the balance is 12", "prompted")
+    assert " ".join(shown.split()) == info["aborted"]
+    assert "`SelfRehearsalEnv(env, imaginer, mode=" in backends
+    changes = (docs / "changelog.md").read_text().split("\n## ")[1]
+    assert changes.startswith("2026-12-07") and "`SelfRehearsalEnv(env, imaginer, ...)`" in changes
