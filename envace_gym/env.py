@@ -291,7 +291,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
             spec = parse_backend_spec(backend)
             if spec.imagined:
                 raise ValueError(
-                    f"backend {backend!r} is imagined: wrap the env in envace_gym.SelfRehearsalEnv(env, policy) "
+                    f"backend {backend!r} is imagined: wrap the env in envace_gym.SelfRehearsalEnv(env, imaginer) "
                     "(the CLI's --backend self does this), or use gym.make_vec(..., backend=..., imaginer=policy)"
                 )
         if isinstance(tasks, TaskSuite):
@@ -496,7 +496,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         fatal = next((r for r in results if r.fatal), None)
         ended: dict[str, Any] = {}
         if fatal is not None and not truncated and not self.done:
-            ended = self.abort(f"unusable imagined result: {fatal.error.message if fatal.error else 'fatal'}")
+            # The backend's message says what was unusable ("imagined result unusable: ..."): reported as is.
+            ended = self.abort(fatal.error.message if fatal.error else "imagined result unusable")
             terminated = True
         info = self.build_info(results, errors)
         if components:

@@ -13,6 +13,8 @@ rehearsal's blocks are in `envace_gym.rehearsal`.
   schemas, few-shot (arguments, result) pairs from the task's reference trajectory, the conversation so
   far, the actor's raw last message, the current tool's name, schema and arguments) and the parsers of
   ``<execution_result>`` (prompted) and bare-JSON (inline) answers.
+* `answers`: `read_answer`, how an imaginer's answer is read: a generation as written, a script's data
+  (a dict, a list) or text formatted for the mode.
 * `backend`: `ImaginedBackend`, a backend like any other.
 * `wrapper`: `SelfRehearsalEnv`, which gives that backend to the env it wraps;
   `RealResultImaginer`, a perfect env role (the real results).
@@ -24,6 +26,7 @@ rehearsal's blocks are in `envace_gym.rehearsal`.
 context, so an engine that keeps the actor's KV cache computes only the result's tokens.
 """
 
+from .answers import UnreadableAnswer, read_answer
 from .backend import ImaginedBackend
 from .halfstep import answer_model_requests, answer_requests, roles_of, step_envs, user_of
 from .prompt import (
@@ -31,6 +34,7 @@ from .prompt import (
     GROUNDINGS,
     build_env_role_prompt,
     format_execution_result,
+    format_result,
     parse_execution_result,
     parse_inline_result,
 )
@@ -78,4 +82,7 @@ __all__ = [
     "parse_execution_result",
     "parse_inline_result",
     "format_execution_result",
+    "format_result",
+    "read_answer",
+    "UnreadableAnswer",
 ]

@@ -14,8 +14,10 @@ from ..backends.replay import History, ToolLog, result_from_record
 from ..calls import ErrorCode, ToolCall
 from ..tasks import Task
 from ..tools import ToolSpec
+from .answers import UnreadableAnswer, read_answer
 from .fidelity import result_fidelity
 from .prompt import (
+    EXPECTED_BLOCK,
     GROUNDINGS,
     MAX_EXAMPLES,
     build_env_role_prompt,
@@ -27,6 +29,9 @@ from .prompt import (
 from .protocol import MODES, EnvRoleAnswer, EnvRoleSample, Imaginer, ImagineRequest
 
 __all__ = ["ImaginedBackend"]
+
+#: What the error of a text-only answer (a script's, no ``token_ids``) without a result block adds.
+DATA_HINT = " (or return the value as data from your imaginer)"
 
 
 class ImaginedBackend:
@@ -153,7 +158,8 @@ class ImaginedBackend:
     def run(self, call: ToolCall) -> ToolResult | PendingCall:
         """The deterministic checks' result, or (the call passed them) the call pending on the env role: it
         yields the `ImagineRequest` once, is sent the answer (an `EnvRoleAnswer`, a generation with its
-        fields, a string, or the exception the env role raised) and returns the result. How the env's step
+        fields, a string, data, or the exception the env role raised; see `read_answer`) and returns the
+        result. How the env's step
         (``ToolCallEnv``) asks for answers that a rollout loop batches."""
         assert self.task is not None, "reset() first"
         self.call_count += 1
@@ -162,7 +168,7 @@ class ImaginedBackend:
             return ToolResult(call, None, error)
         return self._imagined(call, self._request(call))
 
-    def answer_here(self, request: ImagineRequest) -> EnvRoleAnswer | str | Exception:
+    def answer_here(self, request: ImagineRequest) -> object:
         """`imaginer`'s answer to ``request``, or the exception it raised (contained like a crashing tool's)."""
         try:
             return self.imaginer.imagine(request)
@@ -173,15 +179,19 @@ class ImaginedBackend:
         answer = yield request
         return self._result(call, answer)
 
-    def _result(self, call: ToolCall, answer: EnvRoleAnswer | str | Exception) -> ToolResult:
-        """The result of ``call`` given the env role's ``answer`` to its request."""
-        if isinstance(answer, Exception):
+    def _result(self, call: ToolCall, answer: object) -> ToolResult:
+        """The result of ``call`` given the env role's ``answer`` to its request (read by `read_answer`)."""
+        read = read_answer(answer, self.mode)
+        if isinstance(read, Exception):
             gen = EnvRoleAnswer("")
-            value, reason = None, f"env role raised {type(answer).__name__}: {answer}"
+            said = f"env role raised {type(read).__name__}: {read}"
+            value, reason = None, str(read) if isinstance(read, UnreadableAnswer) else said
         else:
-            gen = EnvRoleAnswer.of(answer)
+            gen = read
             parse = parse_inline_result if self.mode == "inline" else parse_execution_result
             value, reason = parse(gen.text, self.max_result_chars)
+            if reason is not None and not gen.token_ids:  # a script's text: it may return data instead
+                reason = reason.replace(EXPECTED_BLOCK, EXPECTED_BLOCK + DATA_HINT, 1)
         text = gen.text
         spec = next(s for s in self.tools if s.name == call.name)
         if reason is None and spec.validate_result(value):

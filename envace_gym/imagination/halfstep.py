@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 
+from .answers import read_answer
 from .protocol import (
     BatchImaginer,
     EnvRoleAnswer,
@@ -186,9 +187,10 @@ def answer_requests(
     """Each request's answer from its imaginer: one ``imagine_batch(requests, sampling)`` call per imaginer
     (requests in the order given; ``generator=rng`` too where the rollout keeps the env role's sampling
     stream, ``contexts=`` where the agent side gave any: its own data, passed through unread), or
-    ``imagine(request)`` one by one for an imaginer that cannot batch. An imaginer that raises (or answers
-    with something that is no answer) answers with its exception, which the env turns into that call's
-    error."""
+    ``imagine(request)`` one by one for an imaginer that cannot batch. Each answer is read by
+    `read_answer` for its request's mode (a script's data formatted for it); an imaginer that raises (or
+    answers with something that is no answer) answers with an exception, which the env turns into that
+    call's error."""
     answers: list[Any] = [None] * len(requests)
     groups: dict[int, list[int]] = {}
     for i, imaginer in enumerate(imaginers):
@@ -221,16 +223,8 @@ def answer_requests(
             gens = [exc] * len(asked)
         for i, gen in zip(members, gens, strict=True):
             answers[i] = gen
-    return [_typed(a) for a in answers]
-
-
-def _typed(answer: Any) -> EnvRoleAnswer | Exception:
-    if isinstance(answer, Exception):
-        return answer
-    try:
-        return EnvRoleAnswer.of(answer)
-    except TypeError as exc:
-        return exc
+    # Read as the env's backend reads an answer it asked for itself (data formatted for the request's mode).
+    return [read_answer(a, r.mode) for a, r in zip(answers, requests, strict=True)]
 
 
 class LocalEnvs:

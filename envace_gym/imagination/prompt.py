@@ -21,6 +21,9 @@ __all__ = [
     "parse_execution_result",
     "parse_inline_result",
     "format_execution_result",
+    "format_result",
+    "execution_block",
+    "EXPECTED_BLOCK",
     "is_result_shaped",
 ]
 
@@ -42,6 +45,10 @@ GROUNDINGS = ("reference", "log", "none")
 MAX_EXAMPLES = 3
 
 _RESULT = re.compile(r"<execution_result>(.*?)</execution_result>", re.DOTALL)
+#: What a prompted answer without a result block is told was expected.
+EXPECTED_BLOCK = "expected the result inside <execution_result>...</execution_result>"
+#: How much of an unusable answer its error quotes.
+_QUOTED = 60
 
 
 def reference_examples(task: Task, tool: str, limit: int = MAX_EXAMPLES) -> list[dict[str, Any]]:
@@ -87,10 +94,22 @@ def parse_execution_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str
         return None, "empty env-role answer"
     if len(text) > 4 * max_chars:
         return None, f"env-role answer is {len(text)} characters; the limit is {4 * max_chars}"
+    body = execution_block(text)
+    if body is None:
+        return None, f"{EXPECTED_BLOCK}, got: {_quote(text)}"
+    return _json_result(body, max_chars, "execution result")
+
+
+def execution_block(text: str) -> str | None:
+    """The text inside ``text``'s first ``<execution_result>`` block (``<think>`` blocks left out), stripped;
+    None when there is no whole block."""
     match = _RESULT.search(strip_reasoning(text))
-    if match is None:
-        return None, "no <execution_result>...</execution_result> block"
-    return _json_result(match.group(1).strip(), max_chars, "execution result")
+    return match.group(1).strip() if match is not None else None
+
+
+def _quote(text: str) -> str:
+    """The start of ``text`` as an error quotes it."""
+    return repr(text[:_QUOTED]) + ("..." if len(text) > _QUOTED else "")
 
 
 def parse_inline_result(text: Any, max_chars: int = 16_384) -> tuple[Any, str | None]:
@@ -118,8 +137,20 @@ def _json_result(body: str, max_chars: int, what: str) -> tuple[Any, str | None]
 
 
 def format_execution_result(value: Any) -> str:
-    """The answer format the env role must produce."""
+    """``value`` (a tool's result, any JSON value) in the format a prompted env role answers with:
+    ``<execution_result>``, the JSON, ``</execution_result>``."""
     return f"<execution_result>\n{json.dumps(value, ensure_ascii=False)}\n</execution_result>"
+
+
+def format_result(value: Any, mode: str) -> str:
+    """``value`` (a tool's result, any JSON value) as the env role answers in ``mode``: inside
+    ``<execution_result>`` tags (`format_execution_result`) when ``"prompted"``, the bare JSON of the tool
+    message when ``"inline"``. Raises ``TypeError``/``ValueError`` for a value that is not JSON."""
+    if mode == "inline":
+        return json.dumps(value, ensure_ascii=False)
+    if mode == "prompted":
+        return format_execution_result(value)
+    raise ValueError(f"mode must be 'prompted' or 'inline', got {mode!r}")
 
 
 # An optional tag or two (``<success>``, ``<tool_response>``...), then a JSON object or array.

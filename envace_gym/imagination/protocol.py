@@ -120,8 +120,9 @@ class EnvRoleAnswer:
 
     @classmethod
     def of(cls, answer: object) -> EnvRoleAnswer:
-        """``answer`` as an `EnvRoleAnswer`: itself, a plain string (text only), or a generation
-        (an engine's ``Generation``, or anything with ``.text`` and any of the fields above)."""
+        """``answer`` as an `EnvRoleAnswer`, as written: itself, a plain string (text only), or a generation
+        (an engine's ``Generation``, or anything with ``.text`` and any of the fields above). The env reads
+        an imaginer's answer with ``answers.read_answer``, which also takes data and fits text to the mode."""
         if isinstance(answer, cls):
             return answer
         if isinstance(answer, str):
@@ -145,8 +146,10 @@ class GenerationLike(Protocol):
     text: str
 
 
-#: What an imaginer may answer with: an `EnvRoleAnswer`, a generation, or a plain string.
-Answer = EnvRoleAnswer | GenerationLike | str
+#: What an imaginer may answer with: an `EnvRoleAnswer`, a generation, a plain string, or the result as data
+#: (a dict, a list: any JSON value but a string), formatted for the request's mode (see
+#: `envace_gym.imagination.answers.read_answer`).
+Answer = EnvRoleAnswer | GenerationLike | str | dict[str, Any] | list[Any]
 
 
 class SamplingLike(Protocol):
@@ -160,7 +163,8 @@ class SamplingLike(Protocol):
 
 
 class Imaginer(Protocol):
-    """Anything that answers env-role requests: ``imagine(request)`` returns an `Answer`."""
+    """Anything that answers env-role requests: ``imagine(request)`` returns an `Answer`. A scripted one may
+    return the result as data (``{"balance": 12.5}``) and leave its format to the env, in either mode."""
 
     def imagine(self, request: ImagineRequest) -> Answer: ...
 

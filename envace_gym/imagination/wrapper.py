@@ -1,4 +1,5 @@
-"""``SelfRehearsalEnv``: the same env, with tool results imagined by the policy in its environment role."""
+"""``SelfRehearsalEnv``: the same env, with tool results imagined by an imaginer in the environment role (the
+policy itself in EnvACE's world rehearsal, or any other, a script included)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ ON_INVALID = ("end", "error_observation")
 
 
 class SelfRehearsalEnv(gym.Wrapper):
-    """The same env, with tool results imagined by ``policy`` in its environment role.
+    """The same env, with tool results imagined by ``imaginer`` in the environment role.
 
     Args:
         env: a ``ToolCallEnv`` (or a wrapper around one).
-        policy: the env role, anything with ``imagine(ImagineRequest)``, e.g. ``envace_gym.agents.LMPolicy``
-            (read back as `imaginer`).
+        imaginer: the env role, anything with ``imagine(ImagineRequest)``: a policy in its environment role
+            (``envace_gym.agents.LMPolicy``), or a script that returns each result as data (a dict, a
+            list), which the env formats for ``mode``.
         mode: ``"prompted"`` (a fresh env-role prompt per call, the paper's setting) or ``"inline"`` (the
             result is written as the tool message in the actor's own context; the rollout loop, which
             holds that context, hands it over with each request of its half-step, so the actor's KV cache
@@ -47,7 +49,7 @@ class SelfRehearsalEnv(gym.Wrapper):
     def __init__(
         self,
         env: gym.Env,
-        policy: Imaginer,
+        imaginer: Imaginer,
         mode: str = "prompted",
         grounding: str = "reference",
         on_invalid: str = "end",
@@ -65,7 +67,7 @@ class SelfRehearsalEnv(gym.Wrapper):
         # An inline result becomes the message verbatim, so it must fit without the env clipping it.
         limit = min(max_result_chars, base.max_result_chars) if mode == "inline" else max_result_chars
         self.imagined = ImaginedBackend(
-            policy,
+            imaginer,
             mode=mode,
             grounding=grounding,
             max_result_chars=limit,
@@ -78,7 +80,7 @@ class SelfRehearsalEnv(gym.Wrapper):
 
     @property
     def imaginer(self) -> Imaginer:
-        """Who answers tool calls: ``policy`` (a rollout loop reads it to batch the env role across envs)."""
+        """Who answers tool calls (a rollout loop reads it to batch the env role across envs)."""
         return self.imagined.imaginer
 
     @property
