@@ -107,7 +107,8 @@ def run_config(policy: LMPolicy, use: str, budget: int | str, args, rehearsal_se
         "success": wins / n,
         "success_ci": wilson_interval(wins, n),
         "episodes": n,
-        "real_calls": sum(r["real_calls"] for r in rows) / n,
+        # the committed episodes' calls on the real backend, rejected ones included (this file's own key)
+        "real_calls": sum(r["live_calls"] + r["rejected_calls"] for r in rows) / n,
         "rehearsals": sum(r["rehearsals"] for r in rows) / n,
         "rehearsal_tokens": sum(r["rehearsal_tokens"] for r in rows) / n,
         "memory_tokens": sum(r["memory_tokens"] for r in rows) / n,

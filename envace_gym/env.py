@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import gymnasium as gym
 
-from .backends import LEDGER, Backend, ReplayBackend, ToolResult, is_self_accounting, make_backend
+from .backends import CALL_KINDS, LEDGER, Backend, ReplayBackend, ToolResult, is_self_accounting, make_backend
 from .backends.base import PendingCall, RequestingBackend, reference_state_hash
 from .backends.isolated import TOOL_ISOLATIONS, real_backend
 from .backends.spec import parse_backend_spec
@@ -104,6 +104,14 @@ def clip(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     return text[:max_chars] + f"...[truncated {len(text) - max_chars} chars]"
+
+
+def _new_call_counts() -> dict[str, int]:
+    """An episode's ``info["call_counts"]`` at its start: ``ok`` (calls that passed the deterministic checks)
+    and ``failed`` (calls they rejected: did not parse, unknown tool, arguments outside the schema), the
+    ``imagined`` calls among the ok ones (answered by the env role), and the episode's call-ledger bookings by
+    kind (`envace_gym.backends.ledger`: ``live``, ``logged``, ``verifier``, ``diagnostic``)."""
+    return {"ok": 0, "failed": 0, "imagined": 0, **dict.fromkeys(CALL_KINDS, 0)}
 
 
 #: How an imagined episode is scored (``ToolCallEnv(imagined_reward=...)``).
@@ -330,7 +338,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         self.user_turn = 0
         self.steps = 0
         self.done = True
-        self.call_counts = {"ok": 0, "failed": 0}
+        self.call_counts = _new_call_counts()
         self._call_seq = 0
         self.parsed = ParsedAction("", [], [])
         self._in_flight: _StepInFlight | None = None  # the step begun and not finished (see begin_step)
@@ -362,7 +370,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
                 self._in_flight = flight
                 raise ValueError("the reset's requests wait for answers: hand them over with continue_step()")
             return flight.outcome  # type: ignore[return-value]
-        return play_here(self.play_reset(seed=seed, options=options), self._answer_here)
+        with LEDGER.tally(self.call_counts):  # the episode's bookings (info["call_counts"])
+            return play_here(self.play_reset(seed=seed, options=options), self._answer_here)
 
     def begin_reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> PendingStep:
         """The first half of `reset`: `play_reset` up to its first request (a model user's opening turn), or to
@@ -380,6 +389,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         override = options.pop("backend", None)
         self.task = self._select_task(options)
         self.backend = self.backend_for(self.task, override)
+        self.call_counts.clear()  # in place: a tally books into it (what the backend's reset books included)
+        self.call_counts.update(_new_call_counts())
         self.backend.reset(self.task, seed=seed)
         if not self.task.tools and self.task.reference:
             self._check_reference(self.task)
@@ -389,7 +400,6 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         self.reward_reference: float | None = None
         self.user_turn = 0
         self.steps = 0
-        self.call_counts = {"ok": 0, "failed": 0}
         self._call_seq = 0
         self.done = False
         self.episode_index += 1
@@ -404,7 +414,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
             raise TypeError("step() takes the action: end a half-step with step(action), the action begin_step took")
         flight = self._in_flight
         if flight is None:
-            return play_here(self.play_step(action), self._answer_here)
+            with LEDGER.tally(self.call_counts):  # the episode's bookings (info["call_counts"])
+                return play_here(self.play_step(action), self._answer_here)
         if isinstance(flight.action, _Reset):
             raise RuntimeError("a reset is in flight: end it with reset() on the same seed and options")
         if flight.action is not action and flight.action != action:
@@ -740,7 +751,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         flight = self._in_flight
         assert flight is not None
         try:
-            flight.request = flight.play.send(answer)
+            with LEDGER.tally(self.call_counts):  # the episode's bookings (info["call_counts"])
+                flight.request = flight.play.send(answer)
         except StopIteration as done:
             flight.request, flight.outcome = None, done.value
         except BaseException:
@@ -810,6 +822,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         invalid = len(errors) + sum(1 for r in results if r.error is not None and r.error.code in INVALID_CALL_CODES)
         self.call_counts["ok"] += len(results) + len(errors) - invalid
         self.call_counts["failed"] += invalid
+        self.call_counts["imagined"] += sum(1 for r in results if r.sample is not None)  # the env role answered
 
     def _pool(self, suite: TaskSuite, split: str | None) -> TaskSuite:
         pool = suite.filter(split=split) if split is not None else suite

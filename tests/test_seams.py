@@ -279,13 +279,15 @@ def test_the_env_counts_valid_and_invalid_calls():
     env = gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test")
     env.reset(options={"task_id": "bank-test-0008"})
     _, _, _, _, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-5247"})]))
-    assert info["call_counts"] == {"ok": 1, "failed": 0}
+    # each call that passed the checks ran on the real backend: a live call (the ledger's kinds, per episode)
+    assert info["call_counts"] == {"ok": 1, "failed": 0, "imagined": 0, "live": 1, "logged": 0, "verifier": 0,
+                                   "diagnostic": 0}  # fmt: skip
     # an unknown tool, a schema violation and broken JSON are invalid; "no such account" is the world's answer
     bad = format_calls([ToolCall("nope", {}), ToolCall("get_balance", {"account_id": 5})])
     _, _, _, _, info = env.step(bad + '<tool_call>{"name": ')
     _, _, _, _, info = env.step(format_calls([ToolCall("get_balance", {"account_id": "A-0000"})]))
     assert info["errors"][0]["code"] == "TOOL_EXECUTION_ERROR"
-    assert info["call_counts"] == {"ok": 2, "failed": 3}
+    assert {k: info["call_counts"][k] for k in ("ok", "failed", "live")} == {"ok": 2, "failed": 3, "live": 2}
 
 
 # ---------------------------------------------------------------------------- a small public surface

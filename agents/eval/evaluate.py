@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from envace_gym.agents.lm.policy import LMPolicy
     from envace_gym.agents.lm.protocols import TextPolicy
 
-__all__ = ["EpisodeResult", "EvalReport", "evaluate"]
+__all__ = ["CALL_FIELDS", "EpisodeResult", "EvalReport", "evaluate"]
 
 
 @dataclass
@@ -37,7 +37,9 @@ class EvalReport:
         return cls([t.episode for t in trajectories], list(trajectories))
 
     def summary(self) -> dict[str, Any]:
-        """``success_rate``, ``mean_reward``, ``valid_call_rate``, ``episodes`` and the same ``by_domain``; with
+        """``episodes``, ``success_rate``, ``mean_reward``, ``valid_call_rate``, ``mean_turns``, ``truncated`` and
+        ``aborted`` (episodes that hit the turn limit / that the env ended early), the calls per episode by what
+        answered them (`CALL_FIELDS`), and the same ``by_domain``; with
         rehearsal, ``rehearsal`` (its costs per episode); with ``VerifiedCalls``, ``verified_calls`` (calls predicted,
         revisions and their tokens per episode, the share of episodes where it fired and their success rate)."""
         by_domain: dict[str, list[EpisodeResult]] = defaultdict(list)
@@ -69,8 +71,9 @@ class EvalReport:
         return out
 
     def per_episode(self) -> list[dict[str, Any]]:
-        """One row per episode: ``task_id``, ``success``, ``real_calls`` (the calls the episode made against
-        its env, well-formed or not) and what rehearsing before it cost (``trajectory.notes``: rehearsals,
+        """One row per episode: ``task_id``, ``success``, its calls by what answered them (``live_calls``,
+        ``logged_calls``, ``imagined_calls``, ``rejected_calls``, ``verifier_calls``: see `CALL_FIELDS`) and
+        what rehearsing before it cost (``trajectory.notes``: rehearsals,
         tokens they generated, memory tokens, seconds; zeros without rehearsal), and what verifying its calls
         did (``VerifiedCalls``: calls the env role predicted, decisions where a predicted error made the policy
         revise, their tokens; zeros without it)."""
@@ -79,7 +82,7 @@ class EvalReport:
             {
                 "task_id": r.task_id,
                 "success": r.success,
-                "real_calls": r.calls_ok + r.calls_failed,
+                **{name: count(r) for name, count in _CALL_COUNTS.items()},
                 "rehearsals": sum(n.get("rehearsals", 0) for n in ns),
                 "rehearsal_tokens": sum(n.get("rehearsal_tokens", 0) for n in ns),
                 "memory_tokens": sum(n.get("memory_tokens", 0) for n in ns),
@@ -102,16 +105,35 @@ class EvalReport:
         return out
 
 
+#: An episode's calls by what answered them (the call ledger's kinds, `envace_gym.backends.ledger`, tallied per
+#: episode by the env in ``info["call_counts"]``): ``live`` ran on a real backend; ``logged`` were taken from a
+#: recorded log or replay cache (a replay hit; under prompted imagination, also the real reference results shown
+#: to the env role as examples); ``imagined`` were answered by the env role; ``rejected`` did not parse or failed
+#: the deterministic checks (reached no backend); ``verifier`` ran on a fresh backend only to compute the reward.
+_CALL_COUNTS = {
+    "live_calls": lambda r: r.calls_live,
+    "logged_calls": lambda r: r.calls_logged,
+    "imagined_calls": lambda r: r.calls_imagined,
+    "rejected_calls": lambda r: r.calls_failed,
+    "verifier_calls": lambda r: r.calls_verifier,
+}
+#: The summary's per-episode call counts: ``<kind>_calls_per_episode`` for each of `_CALL_COUNTS`.
+CALL_FIELDS = tuple(f"{name}_per_episode" for name in _CALL_COUNTS)
+
+
 def _stats(results: list[EpisodeResult]) -> dict[str, Any]:
     n = len(results)
     attempted = sum(r.calls_ok + r.calls_failed for r in results)
+    calls = {f"{name}_per_episode": sum(map(count, results)) / n if n else 0.0 for name, count in _CALL_COUNTS.items()}
     return {
         "episodes": n,
-        "real_calls_per_episode": attempted / n if n else 0.0,
         "success_rate": sum(r.success for r in results) / n if n else 0.0,
         "mean_reward": sum(r.reward for r in results) / n if n else 0.0,
         "valid_call_rate": sum(r.calls_ok for r in results) / attempted if attempted else None,
         "mean_turns": sum(r.turns for r in results) / n if n else 0.0,
+        "truncated": sum(r.truncated for r in results),
+        "aborted": sum(r.aborted is not None for r in results),
+        **calls,
     }
 
 

@@ -108,6 +108,14 @@ class EpisodeResult:
     # an imagined episode scored against what it showed (the env's bound reward): its reward against the real
     # world's values, for the share of rewards the binding changed; None otherwise
     reward_reference: float | None = None
+    # The episode's calls by what answered them (``info["call_counts"]``; `envace_gym.backends.ledger`'s kinds):
+    # executed on a real backend, taken from a recorded log or replay cache, answered by the env role, and
+    # replayed on a fresh backend only to compute the reward.
+    calls_live: int = 0
+    calls_logged: int = 0
+    calls_imagined: int = 0
+    calls_verifier: int = 0
+    aborted: str | None = None  # why the env ended the episode early (``info["aborted"]``), if it did
 
     @classmethod
     def from_info(cls, info: dict[str, Any], reward: float, truncated: bool) -> EpisodeResult:
@@ -124,6 +132,11 @@ class EpisodeResult:
             calls_failed=info["call_counts"]["failed"],
             messages=info["messages"],
             reward_reference=info.get("reward_reference"),
+            calls_live=info["call_counts"].get("live", 0),
+            calls_logged=info["call_counts"].get("logged", 0),
+            calls_imagined=info["call_counts"].get("imagined", 0),
+            calls_verifier=info["call_counts"].get("verifier", 0),
+            aborted=info.get("aborted"),
         )
 
 

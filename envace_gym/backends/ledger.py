@@ -19,6 +19,10 @@ knows which of them reached a real tool. `replayed_state_hash` books ``verifier`
 Inside ``with charged_as("diagnostic"):`` every booking made *in this thread* goes to that kind instead,
 so a diagnostic can run the ordinary env code and still be told apart. Threads started inside the block are
 not covered (the override is thread-local on purpose: rollouts step envs in worker threads concurrently).
+
+Inside ``with tally(counts):`` every booking made in this thread is also added to ``counts`` (after any
+`charged_as`): the env tallies each episode's bookings this way (``info["call_counts"]``), so an evaluation
+reports them per episode without counting twice.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["CALL_KINDS", "CallLedger", "LEDGER", "charged_as", "is_self_accounting"]
+__all__ = ["CALL_KINDS", "CallLedger", "LEDGER", "charged_as", "is_self_accounting", "tally"]
 
 CALL_KINDS = ("live", "logged", "verifier", "diagnostic")
 
@@ -40,7 +44,7 @@ class CallLedger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(CALL_KINDS, 0)
-        self._local = threading.local()  # .kind: this thread's charged_as override, if any
+        self._local = threading.local()  # .kind: this thread's charged_as override; .tallies: its tallies
 
     def record(self, kind: str, n: int = 1) -> None:
         """Book ``n`` calls as ``kind`` (or as the kind of an enclosing `charged_as` in this thread)."""
@@ -49,6 +53,8 @@ class CallLedger:
         kind = getattr(self._local, "kind", None) or kind
         with self._lock:
             self._counts[kind] += n
+        for counts in getattr(self._local, "tallies", ()):
+            counts[kind] = counts.get(kind, 0) + n
 
     def snapshot(self) -> dict[str, int]:
         """The counts so far, by kind (a copy)."""
@@ -67,6 +73,17 @@ class CallLedger:
         finally:
             self._local.kind = outer
 
+    @contextmanager
+    def tally(self, counts: dict[str, int]) -> Iterator[dict[str, int]]:
+        """Inside the block, every booking made in this thread is also added to ``counts`` (by kind, as
+        booked); yields ``counts``. Tallies nest: an inner one does not hide the bookings from an outer one."""
+        outer = getattr(self._local, "tallies", ())
+        self._local.tallies = (*outer, counts)
+        try:
+            yield counts
+        finally:
+            self._local.tallies = outer
+
 
 #: The process-wide ledger every backend and env books to.
 LEDGER = CallLedger()
@@ -75,6 +92,11 @@ LEDGER = CallLedger()
 def charged_as(kind: str) -> Any:
     """``LEDGER.charged_as(kind)``: book this thread's calls inside the block to ``kind``."""
     return LEDGER.charged_as(kind)
+
+
+def tally(counts: dict[str, int]) -> Any:
+    """``LEDGER.tally(counts)``: also add this thread's bookings inside the block to ``counts``."""
+    return LEDGER.tally(counts)
 
 
 def is_self_accounting(backend: Any) -> bool:

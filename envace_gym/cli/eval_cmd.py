@@ -202,6 +202,7 @@ def run(
         "policy": args.policy,
         "backend": backend_args.backend,
         "seed": run_args.seed,
+        "max_turns": env.unwrapped.max_turns,
         **report.summary(),
         "wall_s": round(time.monotonic() - t0, 1),
     }
@@ -236,6 +237,29 @@ def run(
     return 0
 
 
+def calls_line(summary: dict[str, Any]) -> str:
+    """The summary's calls per episode by what answered them, in the call ledger's names: ``live`` (ran on a
+    real backend), ``logged`` (from a recorded log or replay cache), ``imagined`` (the env role), ``rejected``
+    (did not parse or failed the checks; reached no backend)."""
+    kinds = ("live", "logged", "imagined", "rejected")
+    return "calls per episode: " + ", ".join(f"{summary[f'{k}_calls_per_episode']:.2f} {k}" for k in kinds)
+
+
+def outcome_warnings(summary: dict[str, Any]) -> list[str]:
+    """What the table's rates alone would hide: every episode truncated (it ran out of turns, not of ideas),
+    and episodes the env aborted (an unusable imagined result, a benchmark's own limit)."""
+    n, out = summary["episodes"], []
+    if n and summary["truncated"] == n:
+        limit = f" (--max-turns {summary['max_turns']})" if summary.get("max_turns") else ""
+        out.append(
+            f"every episode was truncated: all {n} hit the turn limit{limit} before they ended; raise --max-turns"
+        )
+    if summary["aborted"]:
+        where = f" (why: 'aborted' in {summary['out']}/episodes.jsonl)" if "out" in summary else ""
+        out.append(f"{summary['aborted']} of {n} episodes were aborted by the env, reward 0{where}")
+    return out
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -244,7 +268,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
         return "-" if x is None else f"{100 * x:.1f}%"
 
     table = Table(title=f"{summary['policy']} on {summary['suite']} ({summary['split']}, backend={summary['backend']})")
-    for col in ("domain", "episodes", "success", "mean reward", "valid calls", "mean turns"):
+    # two-word headers on two lines, so that the table fits 80 columns
+    columns = ("domain", "episodes", "success", "truncated", "aborted", "valid\ncalls", "mean\nreward", "mean\nturns")
+    for col in columns:
         table.add_column(col, justify="right" if col != "domain" else "left")
     rows = [*summary["by_domain"].items(), ("all", summary)]
     for name, s in rows:
@@ -252,12 +278,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
             name,
             str(s["episodes"]),
             pct(s["success_rate"]),
-            f"{s['mean_reward']:.3f}",
+            str(s["truncated"]),
+            str(s["aborted"]),
             pct(s["valid_call_rate"]),
+            f"{s['mean_reward']:.3f}",
             f"{s['mean_turns']:.1f}",
         )
     Console().print(table)
-    line = f"calls per episode {summary['real_calls_per_episode']:.2f}; wall {summary['wall_s']:.1f} s"
+    for warning in outcome_warnings(summary):
+        Console().print(f"[yellow]{warning}[/yellow]")
+    line = f"{calls_line(summary)}; wall {summary['wall_s']:.1f} s"
     if "rehearsal" in summary:
         r = summary["rehearsal"]
         line += (
