@@ -78,6 +78,8 @@ def test_user_errors_are_one_line(capsys, tmp_path):
         (["--suite", "bulitin"], "unknown suite 'bulitin'; did you mean 'builtin'? (`envace list` shows all;"),
         (["--suite", "builtin/bnak"], "unknown suite 'builtin/bnak'; did you mean 'builtin/bank'? ("),
         (["--suite", "tau2"], "unknown suite 'tau2'; did you mean 'tau2/airline', 'tau2/mock' or 'tau2/retail'?"),
+        (["--suite", "bank"], "unknown suite 'bank'; did you mean 'builtin/bank'? (`envace list` shows all;"),
+        (["--suite", "Travel"], "unknown suite 'Travel'; did you mean 'builtin/travel'? ("),
         (["--env", "EnvACE-ToolCal-v0"], "unknown env id 'EnvACE-ToolCal-v0'; did you mean 'EnvACE-ToolCall-v0'? ("),
         (["--env", "envace-bfcl-v0"], "unknown env id 'envace-bfcl-v0'; did you mean 'EnvACE-BFCL-v0'? ("),
         (["--backend", "rael"], "unknown backend 'rael'; did you mean 'real'? (use real, replay:PATH,"),
