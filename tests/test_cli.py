@@ -8,7 +8,7 @@ from transformers import HfArgumentParser
 from envace_gym.agents.demo import DemoConfig
 from envace_gym.agents.train.sft import SFTConfig
 from envace_gym.backends.spec import BackendSpec
-from envace_gym.cli import command_module, command_parser, main, parse
+from envace_gym.cli import COMMANDS, command_module, command_parser, main, parse
 from envace_gym.cli.common import BackendArgs, ImportArgs, RunArgs, SamplingArgs, adjust_parser, flag_dests
 from envace_gym.cli.sft import SFTArgs, SFTEnvArgs
 from envace_gym.envs.builtin import SPLIT_SIZES
@@ -500,3 +500,12 @@ def test_quiet_hides_the_libraries_warnings_and_logs_but_not_ours_or_errors(capl
         assert not hf_logging.is_progress_bar_enabled()
         logging.getLogger("x").warning("still logged")
     assert caplog.records[-1].getMessage() == "still logged" and hf_logging.is_progress_bar_enabled()
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_flag_is_in_a_titled_help_group(command):
+    """``--help`` lists each flag under a group that says what it is for: the untitled ``options:`` group
+    holds ``--help`` alone."""
+    parser = command_parser(command)
+    untitled = [a.option_strings[0] for a in parser._optionals._group_actions if a.dest != "help"]
+    assert untitled == [], f"envace {command} --help lists {untitled} under 'options:'"
