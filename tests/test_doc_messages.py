@@ -47,3 +47,18 @@ def test_the_docs_show_the_messages_the_code_prints(isolated_registries, tmp_pat
         assert any(pattern(message).fullmatch(s) for s in said.values()), f"{page} shows {message!r}; the code: {said}"
     for mistake, message in said.items():
         assert any(pattern(m).fullmatch(message) for m in shown), f"{page} lacks the {mistake} message: {message!r}"
+
+
+def test_the_concepts_rewards_section_says_how_imagined_episodes_are_scored():
+    """The rewards section names the scoring of imagined episodes the code uses by default, and the other."""
+    import inspect
+
+    from envace_gym.env import IMAGINED_REWARDS, ToolCallEnv
+
+    text = (DOCS / "concepts.md").read_text(encoding="utf-8")
+    section = " ".join(text.split("\n## Rewards\n", 1)[1].split("\n## ", 1)[0].split())
+    default = inspect.signature(ToolCallEnv).parameters["imagined_reward"].default
+    assert f'ToolCallEnv(imagined_reward="{default}")' in section
+    for choice in IMAGINED_REWARDS:
+        assert f'imagined_reward="{choice}"' in section, choice
+    assert "envace_gym.binding" in section and 'info["reward_reference"]' in section
