@@ -20,14 +20,17 @@ T = TypeVar("T")
 
 def did_you_mean(name: str, choices: Iterable[str]) -> list[str]:
     """Up to three of ``choices`` that ``name`` may have meant, best first: names under ``name/`` (``tau2`` ->
-    ``tau2/airline``...), else the closest spellings, case aside (`difflib.get_close_matches`, and only
-    those about as close as the best)."""
+    ``tau2/airline``...), else names ending in ``/name`` (``bank`` -> ``builtin/bank``), else the closest
+    spellings, case aside (`difflib.get_close_matches`, and only those about as close as the best)."""
     choices = list(choices)
     folded = {c.casefold(): c for c in choices}  # case is a typo too: envace-bfcl-v0
     key = name.casefold()
     family = [c for f, c in folded.items() if f.startswith(f"{key}/")]
     if family:
         return family[:3]
+    member = [c for f, c in folded.items() if "/" not in key and f.endswith(f"/{key}")]
+    if member:
+        return member[:3]
     close = difflib.get_close_matches(key, folded, n=3, cutoff=0.6)
     best = difflib.SequenceMatcher(None, close[0], key).ratio() if close else 1.0
     return [folded[c] for c in close if difflib.SequenceMatcher(None, c, key).ratio() >= best - 0.1]

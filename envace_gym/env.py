@@ -196,7 +196,8 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         max_calls_per_step: parallel calls beyond this are refused.
         max_result_chars: each tool result shown to the agent is cut to this length.
         system_prompt: used for tasks that carry no system message of their own.
-        render_mode: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
+        render_mode: ``"ansi"`` (``render()`` returns the transcript), ``"human"`` (prints it) or None
+            (``render()`` warns and returns None, as Gymnasium's envs do; `transcript` gives the text).
         imagined_reward: how an episode whose results were imagined (`SelfRehearsalEnv`) is scored:
             ``"bound"`` (the default): against its task's checklist bound to what the episode showed
             (`envace_gym.binding`; the reward against the real values is reported as
@@ -522,6 +523,17 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         return observation, reward, terminated, truncated, info
 
     def render(self) -> str | None:
+        """The episode's transcript as Gymnasium renders: returned under ``render_mode="ansi"``, printed
+        under ``"human"`` (None returned); with no render mode, None and a warning (`transcript` returns
+        the text whatever the mode)."""
+        if self.render_mode is None:
+            env_id = self.spec.id if self.spec is not None else "EnvACE-ToolCall-v0"
+            gym.logger.warn(
+                "You are calling render method without specifying any render mode. "
+                "You can specify the render_mode at initialization, "
+                f'e.g. gym.make("{env_id}", render_mode="ansi"); env.unwrapped.transcript() returns the text'
+            )
+            return None
         text = self.transcript()
         if self.render_mode == "human":
             print(text)

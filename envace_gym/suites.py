@@ -10,12 +10,13 @@ files): `suite_info` calls it instead of loading the suite, which is what keeps 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
 
-from ._registry import Registry
+from ._registry import Registry, did_you_mean, unknown_message
 from .tasks import TaskSuite
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "suite_info",
     "suite_names",
     "suite_registered",
+    "unknown_suite",
 ]
 
 
@@ -49,9 +51,8 @@ class SuiteInfo:
 
 #: Entry-point group of installed packages' suites: ``name = "module:loader"`` (a zero-argument loader).
 SUITE_ENTRY_POINTS = "envace_gym.suites"
-_SUITES: Registry[TaskSuite] = Registry(
-    "suite", group=SUITE_ENTRY_POINTS, hint="`envace list` shows all; or give a path to a .jsonl task file"
-)
+_SUITE_HINT = "`envace list` shows all; or give a path to a .jsonl task file"
+_SUITES: Registry[TaskSuite] = Registry("suite", group=SUITE_ENTRY_POINTS, hint=_SUITE_HINT)
 _INFOS: Registry[SuiteInfo] = Registry("suite info")
 # prefix -> (its names, a "module:attr" string or a callable; the loader of one name; the info function of
 # one name or None). Expanded on first use, so registering a benchmark's family imports nothing of it.
@@ -137,4 +138,42 @@ def load_suite(name: str) -> TaskSuite:
         return _load_registered(name)
     if name.endswith(".jsonl") or Path(name).is_file():
         return TaskSuite.load_jsonl(name)
-    raise _SUITES.unknown(name)
+    raise unknown_suite(name)
+
+
+def unknown_suite(name: str, folder: Path | None = None) -> KeyError:
+    """The error of a suite name nothing registers, one line: the close names (``bank`` ->
+    ``builtin/bank``) and, where the name looks like the user's own, the ``--import MODULE`` that would
+    register it (`_import_hint`; ``folder``: where to look for the module, default the current one)."""
+    names = suite_names()
+    close = did_you_mean(name, names)
+    hint = "" if close else _import_hint(name, names, Path.cwd() if folder is None else folder)
+    return KeyError(unknown_message("suite", name, close, f"{hint}; {_SUITE_HINT}" if hint else _SUITE_HINT))
+
+
+def _import_hint(name: str, names: list[str], folder: Path) -> str:
+    """How an unregistered ``name`` may become registered: a ``.py`` file of ``folder`` that spells the name
+    in quotes, else a module of ``folder`` named as a part of it (``weather/today`` -> ``weather.py``), else,
+    for a name under a prefix nothing registers (``my/...``), the flag in general; "" for none of these."""
+    quoted = (f'"{name}"', f"'{name}'")
+    files = sorted(folder.glob("*.py"))[:500]
+    spelled = [f for f in files if f.stat().st_size < 1_000_000 and any(q in _read(f) for q in quoted)]
+    if spelled:
+        return f"{spelled[0].name} in the current directory names it: add --import {spelled[0].stem}"
+    for part in name.split("/"):
+        found = [p for p in (f"{part}.py", f"{part}/__init__.py") if (folder / p).is_file()]
+        if part.isidentifier() and found:
+            if part in sys.modules:
+                return f"module {part} is imported and registers no such suite"
+            return f"if {found[0]} in the current directory registers it, add --import {part}"
+    prefix, slash, _ = name.partition("/")
+    if slash and not any(n.startswith(f"{prefix}/") for n in names):
+        return "a suite your own code registers needs its module imported first: add --import MODULE"
+    return ""
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""

@@ -8,7 +8,7 @@ from transformers import HfArgumentParser
 from envace_gym.agents.demo import DemoConfig
 from envace_gym.agents.train.sft import SFTConfig
 from envace_gym.backends.spec import BackendSpec
-from envace_gym.cli import command_module, command_parser, main, parse
+from envace_gym.cli import COMMANDS, command_module, command_parser, main, parse
 from envace_gym.cli.common import BackendArgs, ImportArgs, RunArgs, SamplingArgs, adjust_parser, flag_dests
 from envace_gym.cli.sft import SFTArgs, SFTEnvArgs
 from envace_gym.envs.builtin import SPLIT_SIZES
@@ -78,6 +78,8 @@ def test_user_errors_are_one_line(capsys, tmp_path):
         (["--suite", "bulitin"], "unknown suite 'bulitin'; did you mean 'builtin'? (`envace list` shows all;"),
         (["--suite", "builtin/bnak"], "unknown suite 'builtin/bnak'; did you mean 'builtin/bank'? ("),
         (["--suite", "tau2"], "unknown suite 'tau2'; did you mean 'tau2/airline', 'tau2/mock' or 'tau2/retail'?"),
+        (["--suite", "bank"], "unknown suite 'bank'; did you mean 'builtin/bank'? (`envace list` shows all;"),
+        (["--suite", "Travel"], "unknown suite 'Travel'; did you mean 'builtin/travel'? ("),
         (["--env", "EnvACE-ToolCal-v0"], "unknown env id 'EnvACE-ToolCal-v0'; did you mean 'EnvACE-ToolCall-v0'? ("),
         (["--env", "envace-bfcl-v0"], "unknown env id 'envace-bfcl-v0'; did you mean 'EnvACE-BFCL-v0'? ("),
         (["--backend", "rael"], "unknown backend 'rael'; did you mean 'real'? (use real, replay:PATH,"),
@@ -498,3 +500,12 @@ def test_quiet_hides_the_libraries_warnings_and_logs_but_not_ours_or_errors(capl
         assert not hf_logging.is_progress_bar_enabled()
         logging.getLogger("x").warning("still logged")
     assert caplog.records[-1].getMessage() == "still logged" and hf_logging.is_progress_bar_enabled()
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_flag_is_in_a_titled_help_group(command):
+    """``--help`` lists each flag under a group that says what it is for: the untitled ``options:`` group
+    holds ``--help`` alone."""
+    parser = command_parser(command)
+    untitled = [a.option_strings[0] for a in parser._optionals._group_actions if a.dest != "help"]
+    assert untitled == [], f"envace {command} --help lists {untitled} under 'options:'"

@@ -153,6 +153,17 @@ def test_render_transcript():
     assert "[user] Store 7" in text and "[tool put]" in text and "[assistant] <tool_call>" in text
 
 
+def test_render_without_a_render_mode_warns_and_returns_none_as_gymnasium_does(capsys):
+    env = gym.make("EnvACE-ToolCall-v0", tasks=[kv_task()], split=None)
+    env.reset()
+    with pytest.warns(UserWarning, match=r'without specifying any render mode.*render_mode="ansi"'):
+        assert env.render() is None
+    assert "[user] Store 7" in env.unwrapped.transcript() and capsys.readouterr().out == ""
+    human = ToolCallEnv(tasks=[kv_task()], split=None, render_mode="human")
+    human.reset()
+    assert human.render() is None and "[user] Store 7" in capsys.readouterr().out
+
+
 def test_bad_constructor_arguments():
     with pytest.raises(KeyError, match="unknown suite 'nope'"):
         ToolCallEnv(suite="nope")

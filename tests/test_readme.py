@@ -35,3 +35,11 @@ def test_every_relative_link_of_the_readme_exists():
     assert local, "the README links no docs page"
     missing = [link for link in local if not (ROOT / link).exists()]
     assert not missing, missing
+
+
+def test_the_readmes_map_of_the_docs_links_every_page_of_the_site():
+    """Every page in mkdocs.yml's nav (the home page aside) is on the README's map of the docs."""
+    section = README.read_text().split("## Map of the docs", 1)[1].split("\n## ", 1)[0]
+    linked = set(re.findall(r"\(docs/([^)#]+)", section))
+    nav = set(re.findall(r":\s*([\w.-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.MULTILINE))
+    assert nav - {"index.md"} <= linked, f"the README's map leaves out {sorted(nav - {'index.md'} - linked)}"

@@ -181,3 +181,49 @@ def test_importing_envace_gym_reads_no_entry_point(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.split() == ["False", "False", "True"]  # read on the first listing
+
+
+# ------------------------------------------------------------------------- an unknown suite names --import
+SUITE_TAIL = "; `envace list` shows all; or give a path to a .jsonl task file)"
+
+
+@pytest.mark.parametrize(
+    ("files", "suite", "says"),
+    [
+        # a .py file of the current directory spells the name: the module to import
+        ({"usermod_notes.py": 'register_suite("my/notes", load)\n'}, "my/notes",
+         "(usermod_notes.py in the current directory names it: add --import usermod_notes"),
+        # a module named as a part of the name
+        ({"usermod_weather.py": "x = 1\n"}, "my/usermod_weather",
+         "(if usermod_weather.py in the current directory registers it, add --import usermod_weather"),
+        ({"usermod_pkg/__init__.py": ""}, "usermod_pkg",
+         "(if usermod_pkg/__init__.py in the current directory registers it, add --import usermod_pkg"),
+        # nothing on disk, but a prefix nothing registers: the flag in general
+        ({}, "my/weather", "(a suite your own code registers needs its module imported first: add --import MODULE"),
+    ],
+)  # fmt: skip
+def test_an_unknown_suite_of_the_users_own_names_the_import_flag(
+    isolated_registries, tmp_path, capsys, files, suite, says
+):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    isolated_registries.chdir(tmp_path)
+    code, _, err = cli(capsys, "eval", "--suite", suite, "--policy", "oracle")
+    assert code == 2 and err == f"envace: error: unknown suite {suite!r} {says}{SUITE_TAIL}\n", err
+
+
+def test_an_unknown_suite_of_a_builtin_family_or_a_close_name_has_no_import_hint(isolated_registries, tmp_path, capsys):
+    isolated_registries.chdir(tmp_path)
+    for suite in ("builtin/weather", "zzz"):
+        code, _, err = cli(capsys, "eval", "--suite", suite)
+        assert code == 2 and "--import" not in err, err
+
+
+def test_a_module_imported_that_registers_no_such_suite_says_so(isolated_registries, tmp_path, capsys):
+    (tmp_path / "usermod_empty.py").write_text("x = 1\n")
+    isolated_registries.chdir(tmp_path)
+    code, _, err = cli(capsys, "eval", "--import", "usermod_empty", "--suite", "usermod_empty/x")
+    assert code == 2 and err.startswith(
+        "envace: error: unknown suite 'usermod_empty/x' (module usermod_empty is imported and registers no such suite;"
+    ), err

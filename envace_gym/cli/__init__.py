@@ -16,6 +16,8 @@ Configs drive the CLI. A command is a module here with
   after reading the flags and before any config check, so the names they register pass those checks;
 * ``run(*configs) -> int``: called with one instance of each of ``CONFIGS``, in order; returns the exit
   status;
+* optionally ``FLAG_GROUPS``: ``{title: field names}``, the ``--help`` groups of a config dataclass that
+  names none (``_argument_group_name``), so no flag is left under the untitled ``options:``;
 * optionally ``file_defaults(ns) -> dict``: flag defaults read from a file the parsed flags name (``envace
   train --config FILE.toml``); `parse` parses again with them as defaults, so a flag given in ``argv``
   wins over the file and the file over the dataclass default.
@@ -81,7 +83,7 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
             dataclass_types=module.CONFIGS if module else (),
             conflict_handler="resolve",
         )
-        adjust_parser(p)
+        adjust_parser(p, getattr(module, "FLAG_GROUPS", None))
     return parser
 
 

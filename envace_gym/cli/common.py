@@ -320,8 +320,14 @@ def _bool_or_str(value: str) -> bool | str:
         return value
 
 
-def adjust_parser(parser: HfArgumentParser) -> HfArgumentParser:
+def adjust_parser(
+    parser: HfArgumentParser, groups: dict[str, Sequence[str]] | None = None, before: str = "run"
+) -> HfArgumentParser:
     """Fix up a parser built by ``HfArgumentParser(dtypes, conflict_handler="resolve")``.
+
+    ``groups`` (a command's ``FLAG_GROUPS``: title -> field names) labels the flags of a dataclass without
+    an ``_argument_group_name`` (``EnvACEConfig``, ``SFTConfig``), which would otherwise be listed under the
+    untitled ``options:``: each group is shown before the ``before`` group (else last).
 
     ``HfArgumentParser`` names a field ``--name`` and, with underscores, ``--na-me`` too; a bool is ``--flag``
     (no value: true; or ``--flag false``) and a True default adds ``--no-flag``; ``metadata`` goes to
@@ -355,7 +361,22 @@ def adjust_parser(parser: HfArgumentParser) -> HfArgumentParser:
         elif isinstance(action, _StoreFalseAction):  # the --no-flag twin of a bool that defaults to true
             action.default = SUPPRESS
             action.help = f"the same as {action.option_strings[0].replace('--no-', '--', 1)} false"
+    _group_flags(parser, groups or {}, before)
     return parser
+
+
+def _group_flags(parser: ArgumentParser, groups: dict[str, Sequence[str]], before: str) -> None:
+    """Move the flags of ``groups``' fields out of the untitled ``options:`` group into titled ones."""
+    untitled = parser._optionals._group_actions
+    titles = [g.title for g in parser._action_groups]
+    at = titles.index(before) if before in titles else len(titles)
+    for title, names in groups.items():
+        group = parser.add_argument_group(title)
+        parser._action_groups.insert(at, parser._action_groups.pop())  # shown before ``before``
+        at += 1
+        for action in [a for a in untitled if a.dest in names]:
+            untitled.remove(action)
+            group._group_actions.append(action)
 
 
 def configs_from_namespace(dtypes: tuple[type, ...], ns: Namespace) -> tuple[Any, ...]:

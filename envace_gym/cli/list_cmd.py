@@ -24,6 +24,8 @@ SPLIT_ORDER = ("train", "val", "test-id", "test")
 
 @dataclass
 class ListArgs:
+    _argument_group_name = "output"
+
     json: bool = field(default=False, metadata={"help": "print one JSON object"})
 
 

@@ -8,7 +8,7 @@ where the checkpoint goes).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from envace_gym.agents.lm.chat import GENERATED_ROLES
 from envace_gym.agents.train.sft import SFTConfig, build_sft_examples, train_sft
@@ -24,7 +24,7 @@ from .common import (
     load_lm,
 )
 
-__all__ = ["CONFIGS", "SFTArgs", "SFTEnvArgs", "run"]
+__all__ = ["CONFIGS", "FLAG_GROUPS", "SFTArgs", "SFTEnvArgs", "run"]
 
 
 SFTEnvArgs = TrainEnvArgs  # the split whose reference trajectories are learned
@@ -54,6 +54,8 @@ class SFTArgs:
 
 
 CONFIGS = (SFTEnvArgs, BackendArgs, SFTArgs, SFTConfig, RunArgs, SamplingArgs, ImportArgs)
+#: ``--help`` group of `SFTConfig`'s flags (its ``seed`` is the run group's ``--seed``).
+FLAG_GROUPS = {"warm-start run (SFTConfig)": tuple(f.name for f in fields(SFTConfig))}
 
 
 def run(

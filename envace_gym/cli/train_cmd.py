@@ -17,7 +17,7 @@ from envace_gym.agents.train.config import EnvACEConfig, read_config_values
 
 from .common import LM_POLICY_USAGE, ImportArgs, RunArgs, SamplingArgs, TrainEnvArgs, check_lm_policy, load_lm
 
-__all__ = ["CONFIGS", "TrainArgs", "TrainEnvArgs", "file_defaults", "run"]
+__all__ = ["CONFIGS", "FLAG_GROUPS", "TrainArgs", "TrainEnvArgs", "file_defaults", "run"]
 
 
 @dataclass
@@ -41,6 +41,23 @@ class TrainArgs:
 
 
 CONFIGS = (TrainEnvArgs, TrainArgs, EnvACEConfig, RunArgs, ImportArgs)
+
+#: ``--help`` groups of `EnvACEConfig`'s flags (its ``seed`` is the run group's ``--seed``).
+FLAG_GROUPS = {
+    "imagination (who answers tool calls)": (
+        "backend", "simulator", "train_env_role", "real_fraction", "grounding_coef", "grounding", "tool_log",
+        "log_targets", "env_role_reward", "env_role_coef", "env_role_kl_coef", "on_invalid",
+    ),
+    "reward": ("reward", "judge", "imagined_reward"),
+    "schedule": ("steps", "tasks_per_step", "group_size", "filter_groups", "rehearsal_fraction", "rehearsal_budget"),
+    "objective (role-wise GRPO)": (
+        "lr", "warmup_steps", "weight_decay", "grad_clip", "scale_rewards", "clip_low", "clip_high", "dual_clip",
+        "ppo_epochs", "kl_coef", "invalid_penalty", "micro_batch_tokens", "detach_prompt", "bf16", "lora", "lora_rank",
+        "lora_alpha",
+    ),
+    "rollout sampling": ("temperature", "top_p", "max_new_tokens"),
+    "checkpoints and diagnostics": ("save_every", "keep_last", "log_trajectories_every", "sim_to_real"),
+}  # fmt: skip
 
 
 def file_defaults(ns: Namespace) -> dict[str, Any]:
