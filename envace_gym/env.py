@@ -141,6 +141,10 @@ StepOutcome = tuple[str, float, bool, bool, dict[str, Any]]
 #: judge's verdict), is sent its answer, returns the step's outcome.
 StepPlay = Generator["Request", Any, StepOutcome]
 
+#: Backend class -> whether its calls may wait on a model (`RequestingBackend`: it has ``run``), decided by
+#: its class, once.
+_REQUESTING: dict[type, bool] = {}
+
 
 #: The start of an episode as `ToolCallEnv.play_reset` plays it: yields each request (a model user's opening
 #: turn), is sent its answer, returns ``(observation, info)``.
@@ -353,10 +357,13 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
 
     @backend.setter
     def backend(self, backend: Backend | None) -> None:
-        # Whether its calls may wait on a model: a Protocol check costs tens of microseconds, so it is made once
-        # per backend object (the env's own backends and an imagination wrapper's are reused across episodes).
-        if backend is not getattr(self, "_backend", None) or not hasattr(self, "_requesting"):
-            self._requesting = isinstance(backend, RequestingBackend)
+        # Whether its calls may wait on a model: a Protocol check costs tens of microseconds (a third of a plain
+        # step), and a mixed suite switches backends every episode, so it is made once per backend class.
+        kind = type(backend)
+        requesting = _REQUESTING.get(kind)
+        if requesting is None:
+            requesting = _REQUESTING[kind] = isinstance(backend, RequestingBackend)
+        self._requesting = requesting
         self._backend = backend
 
     # ------------------------------------------------------------------ gym API
@@ -721,8 +728,17 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         """The names of the tools this episode offers the agent (the ``info["tools"]`` it is shown: the
         task's, else its backend's); what `parse_calls` is given as declared."""
         if self.task is not None and self.task.tools:
-            return tool_names_of(self.task.tools)
-        return tool_names_of(self.backend.tools) if self.backend is not None else frozenset()
+            tools = self.task.tools
+        elif self.backend is not None:
+            tools = self.backend.tools
+        else:
+            return frozenset()
+        # Read once per list of tools (a task's, or a backend's until it changes): every step parses with it.
+        seen, names = getattr(self, "_offered", (None, frozenset()))
+        if tools is not seen:
+            names = tool_names_of(tools)
+            self._offered = (tools, names)
+        return names
 
     def build_info(self, results: list[ToolResult], errors: list[CallError]) -> dict[str, Any]:
         """The ``info`` dict of a reset or step (see the README for its keys)."""

@@ -67,7 +67,7 @@ def test_imagined_calls_are_counted_and_an_unusable_answer_aborts():
     report = evaluate(env, make_scripted_policy("oracle", suite), 3, progress=False)
     s = report.summary()
     assert s["aborted"] == 3 and s["imagined_calls_per_episode"] == 1.0 and s["live_calls_per_episode"] == 0
-    assert all(r.aborted.startswith("unusable imagined result") for r in report.results)
+    assert all(r.aborted.startswith("imagined result unusable: ") for r in report.results)
     assert [row["imagined_calls"] for row in report.per_episode()] == [1, 1, 1]
 
 

@@ -127,6 +127,8 @@ def _strip_logprobs(record):
         for sample in traj["env_role_samples"]:
             logprobs.append(sample.pop("logprobs"))
             sample.pop("text", None)  # added after the record was made: the parsed answer, a copy of what it holds
+        for key in ("aborted", "calls_live", "calls_logged", "calls_imagined", "calls_verifier"):
+            traj["episode"].pop(key, None)  # added after the record was made: counts of the calls it holds
     return out, [lp for group in logprobs for lp in group]
 
 
