@@ -338,3 +338,48 @@ def test_the_native_vector_env_batches_openings_and_calls_no_model_inside_reset_
     assert terminated.all() and model.batches == [3, 3]
     vec.step(["ignored"] * 3)  # NEXT_STEP autoreset: the three new openings, one call
     assert model.batches == [3, 3, 3] and model.single == 0
+
+
+class GuardedEnvRole:
+    """An env role that answers every call with an empty object, counts its batches, and raises if it is
+    called inside an env's reset or step (or one by one: the loop must batch it)."""
+
+    def __init__(self) -> None:
+        self.batches = []
+
+    def imagine(self, request):
+        raise AssertionError("the env role was asked one call at a time, inside the env")
+
+    def imagine_batch(self, requests, sampling=None, generator=None):
+        if _Stepping.depth:
+            raise AssertionError("the env role was called inside env.step or env.reset")
+        self.batches.append(len(requests))
+        return ["{}" if r.mode == "inline" else "<execution_result>\n{}\n</execution_result>" for r in requests]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gym.make("EnvACE-ToolCall-v0", suite="builtin/bank", split="test"),
+        lambda: gym.make("EnvACE-BFCL-v0", category="multi_turn_base"),
+        # a model user and a model judge too, and a turn limit that ends every episode through end_turn
+        lambda: gym.make(
+            "EnvACE-Tau2-v0", domain="mock", split=None, user=UserModel(9), judge=JudgeModel(), max_turns=2
+        ),
+    ],
+    ids=["toolcall", "bfcl", "tau2"],
+)
+def test_no_model_is_called_inside_reset_or_step_under_the_loop(make, monkeypatch):
+    """Every model of the world (the env role; tau2's user and judge) is asked by the loop, batched across envs,
+    never from inside an env's ``reset``/``step``/half-steps: on the builtin env, BFCL and tau2."""
+    from envace_gym import SelfRehearsalEnv
+    from envace_gym.agents.scripted import OraclePolicy
+
+    _Stepping.guard(monkeypatch)
+    role = GuardedEnvRole()
+    envs = [SelfRehearsalEnv(make(), role) for _ in range(2)]
+    suite = envs[0].unwrapped.suite
+    ids = [t.id for t in envs[0].unwrapped.pool if t.reference_calls][:2]
+    trajs = collect(envs, [OraclePolicy(suite) for _ in envs], 2, task_ids=ids, progress=False)
+    assert role.batches and max(role.batches) == 2  # the two envs' calls answered together
+    assert len(trajs) == 2 and all(t.env_role_samples for t in trajs)
