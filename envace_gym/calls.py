@@ -170,6 +170,8 @@ def parse_calls(text: Any, tool_names: Collection[str] | None = None) -> ParsedA
 def _name_set(tool_names: Collection[str] | None) -> frozenset[str] | None:
     if tool_names is None:
         return None
+    if type(tool_names) is frozenset:  # already a set of names (the env's offered tools, every step)
+        return tool_names
     if isinstance(tool_names, str):  # one name passed bare
         return frozenset((tool_names,))
     try:
