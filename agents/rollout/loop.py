@@ -521,8 +521,9 @@ def _play(side: _LMActors | _TextActors, slots: list[_Slot], group: EnvGroup, bo
         # The envs' steps, their requests answered round by round: one call per model and round.
         pending = begin_steps(group, indices, actions, imaginers, roles)
         while pending:
-            answers = answer_round(pending, imaginers, roles, *env_role, contexts=side.contexts(pending))
-            side.heard(answers)
+            contexts = side.contexts(pending)
+            answers = answer_round(pending, imaginers, roles, *env_role, contexts=contexts)
+            side.heard({i: answers[i] for i in contexts})
             pending = continue_steps(group, answers)
         outcomes = group.step(indices, actions)  # ends each step through its env's wrappers
         still, fresh, turned = [], [], []
@@ -644,7 +645,8 @@ class _LMActors:
         }
 
     def heard(self, answers: dict[int, Any]) -> None:
-        """A round's answers: an env's next inline call of this step continues the one it just heard."""
+        """A round's inline answers (those asked with a context): an env's next inline call of this step
+        continues the one it just heard."""
         for i, answer in answers.items():
             if isinstance(answer, EnvRoleAnswer):
                 _conversation(self.by_index[i]).heard(answer)
