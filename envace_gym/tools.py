@@ -316,11 +316,28 @@ def _fast_check(schema: Any) -> Callable[[Any], bool] | None:
 
 
 def _messages(validator: Draft202012Validator, instance: Any) -> list[str]:
+    # Collecting jsonschema's errors costs more than the rest of a step, and a policy repeats its wrong
+    # calls (a group of samples of one task, a random policy's few shapes): the messages are kept per
+    # validator and instance. The key is the instance's repr, which tells apart what the messages tell apart (1, 1.0
+    # and True; a list and a tuple; key order); the validator is held, so its id is not reused. Long
+    # instances are not kept (memory).
+    text = repr(instance)
+    key = (id(validator), text)
+    kept = _KEPT_MESSAGES.get(key)
+    if kept is not None and kept[0] is validator:
+        return list(kept[1])
     out = []
     for err in sorted(validator.iter_errors(instance), key=lambda e: list(e.path)):
         where = "/".join(str(p) for p in err.path)
         out.append(f"{where}: {err.message}" if where else err.message)
+    if len(text) <= 2048:
+        if len(_KEPT_MESSAGES) >= 4096:
+            _KEPT_MESSAGES.clear()
+        _KEPT_MESSAGES[key] = (validator, tuple(out))
     return out
+
+
+_KEPT_MESSAGES: dict[tuple[int, str], tuple[Draft202012Validator, tuple[str, ...]]] = {}
 
 
 def _json_literal(value: Any) -> bool:

@@ -47,6 +47,36 @@ def test_validation_messages_are_readable():
     assert spec.validate_arguments([1]) == ["arguments must be a JSON object, got list"]
 
 
+def test_kept_messages_tell_apart_what_jsonschema_tells_apart(monkeypatch):
+    """The messages of an invalid call are kept per instance (a policy repeats its wrong calls): an instance
+    that only looks the same (True for 1, a tuple for a list, other key order) gets jsonschema's messages for
+    it, not the kept ones of its look-alike."""
+    from envace_gym import tools
+
+    spec = ToolSpec.from_function(book)
+    cases = [
+        {"flight_id": "LX", "seats": 1, "extra": 1},
+        {"flight_id": "LX", "seats": True, "extra": 1},
+        {"flight_id": "LX", "seats": 1.0, "extra": 1},
+        {"flight_id": "LX", "seats": 2, "notes": ("a",), "extra": 1},
+        {"flight_id": "LX", "seats": 2, "notes": ["a"], "extra": 1},
+        {"flight_id": "LX", "seats": 2, "notes": ["a", 1]},
+        {"flight_id": "LX", "seats": 2, "b": 1, "a": 2},
+        {"flight_id": "LX", "seats": 2, "a": 2, "b": 1},
+    ]
+    fresh = []
+    for case in cases:  # jsonschema's own messages, nothing kept
+        monkeypatch.setattr(tools, "_KEPT_MESSAGES", {})
+        fresh.append(spec.validate_arguments(case))
+    assert "seats: True is not of type 'integer'" in fresh[1] and fresh[0] != fresh[1]
+    assert len(fresh[3]) == 2 and len(fresh[4]) == 1  # jsonschema refuses a tuple where the schema says array
+    for _ in range(2):  # kept on the first round, read back on the second
+        assert [spec.validate_arguments(c) for c in cases] == fresh
+    spec.validate_arguments(cases[0]).append("a caller's edit")
+    assert spec.validate_arguments(cases[0]) == fresh[0]  # each caller gets its own list
+    assert spec.validate_arguments({"flight_id": "LX", "seats": 1}) == []
+
+
 def test_openai_round_trip_both_shapes():
     spec = ToolSpec.from_function(book)
     wrapped = spec.to_openai()
