@@ -32,9 +32,11 @@ median is reported, since a shared machine is noisy.
     python benchmarks/env_step.py [--steps 20000] [--seconds 10] [--policies random oracle] [--json]
     python benchmarks/env_step.py --paths new user-thread user-default   # isolation costs only
 
-Every run also times Gymnasium's ``CartPole-v1`` (random actions) and prints the current path's rate per CPU
-second as a share of CartPole's ("per CartPole"): a plain env step's overhead against the cheapest env there
-is, on CPU time so that other jobs on the machine do not move it.
+Every run also steps Gymnasium's ``CartPole-v1`` (random actions) in slices interleaved with the env's steps
+(`CartPoleSlices`) and prints the current path's rate per CPU second as a share of CartPole's ("per
+CartPole", the median of the runs' ratios): a plain env step's overhead against the cheapest env there is,
+on CPU time so that other jobs on the machine do not move it, interleaved so that the machine's drift does
+not either.
 """
 
 from __future__ import annotations
@@ -118,6 +120,44 @@ def prewarm(env: Any) -> None:
             done = terminated or truncated
 
 
+class CartPoleSlices:
+    """Gymnasium's ``CartPole-v1`` (``.unwrapped``, random actions, reset when done), stepped in slices
+    between the env's own: the baseline of every "per CartPole" ratio. A machine's speed drifts over
+    seconds (other jobs, the host's neighbours: CartPole's own rate moved 2x between back-to-back runs
+    here), so timing the two envs one after the other made the ratio swing by as much; slices interleaved
+    every few hundred steps see the same machine. CPU time of this process: what another job takes is
+    not counted."""
+
+    def __init__(self, seed: int) -> None:
+        self.env = gym.make("CartPole-v1").unwrapped
+        self.env.action_space.seed(seed)
+        self.env.reset(seed=seed)
+        self.steps, self.cpu = 0, 0.0
+
+    def run(self, n: int, timed: bool = True) -> float:
+        """Step ``n`` times; returns the CPU seconds spent (added to the totals when ``timed``)."""
+        env = self.env
+        start = time.process_time()
+        for _ in range(n):
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+        cpu = time.process_time() - start
+        if timed:
+            self.steps += n
+            self.cpu += cpu
+        return cpu
+
+    @property
+    def rate(self) -> float:
+        return self.steps / self.cpu if self.cpu > 0 else 0.0
+
+
+# Env steps between two CartPole slices, and the CartPole steps of a slice (about as long as the env's).
+SLICE_STEPS = 256
+CARTPOLE_SLICE = 2_560
+
+
 def run(path: str, policy_name: str, args: argparse.Namespace) -> dict[str, Any]:
     configure(path)
     env = make_env(args.wrapped, path)
@@ -125,9 +165,12 @@ def run(path: str, policy_name: str, args: argparse.Namespace) -> dict[str, Any]
         prewarm(env)
     policy = make_policy(policy_name, env, args.seed)
     policy.reset()
+    cartpole = CartPoleSlices(args.seed)
+    cartpole.run(args.warmup, timed=False)
     obs, info = env.reset(seed=args.seed)
     steps = episodes = calls = 0
     start = cpu_start = None
+    away_wall = away_cpu = 0.0  # what the CartPole slices took, taken out of the env's time
     deadline = float("inf")
     total = args.warmup + args.steps
     for i in range(total):
@@ -143,12 +186,17 @@ def run(path: str, policy_name: str, args: argparse.Namespace) -> dict[str, Any]
         if start is not None:
             steps += 1
             calls += len(info.get("tool_results", ()))
-            if steps % 256 == 0 and time.perf_counter() >= deadline:
-                break
-    elapsed = time.perf_counter() - (start if start is not None else time.perf_counter())
-    cpu = time.process_time() - (cpu_start if cpu_start is not None else time.process_time())
+            if steps % SLICE_STEPS == 0:
+                wall = time.perf_counter()
+                away_cpu += cartpole.run(CARTPOLE_SLICE)
+                away_wall += time.perf_counter() - wall
+                if time.perf_counter() >= deadline:
+                    break
+    elapsed = time.perf_counter() - (start if start is not None else time.perf_counter()) - away_wall
+    cpu = time.process_time() - (cpu_start if cpu_start is not None else time.process_time()) - away_cpu
     env.close()
     configure("new")
+    rate_cpu = steps / cpu if cpu > 0 else 0.0
     return {
         "path": path,
         "policy": policy_name,
@@ -157,32 +205,10 @@ def run(path: str, policy_name: str, args: argparse.Namespace) -> dict[str, Any]
         "calls": calls,
         "seconds": round(elapsed, 3),
         "steps_per_s": steps / elapsed if elapsed > 0 else 0.0,
-        "steps_per_cpu_s": steps / cpu if cpu > 0 else 0.0,
+        "steps_per_cpu_s": rate_cpu,
+        "cartpole_steps_per_cpu_s": cartpole.rate,
+        "per_cartpole": rate_cpu / cartpole.rate if cartpole.rate else 0.0,
     }
-
-
-def cartpole_rate(args: argparse.Namespace) -> float:
-    """Steps per CPU second of Gymnasium's CartPole-v1 (``.unwrapped``, random actions, reset when done),
-    timed like `run`: the baseline of every "per CartPole" ratio, measured in the same process and run, on
-    this process's CPU time (what another job on the machine takes away is not counted)."""
-    env = gym.make("CartPole-v1").unwrapped
-    env.action_space.seed(args.seed)
-    env.reset(seed=args.seed)
-    steps, start = 0, None
-    deadline = float("inf")
-    for i in range(args.warmup + args.steps):
-        if i == args.warmup:
-            start = time.process_time()
-            deadline = start + args.seconds
-        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        if terminated or truncated:
-            env.reset()
-        if start is not None:
-            steps += 1
-            if steps % 256 == 0 and time.process_time() >= deadline:
-                break
-    cpu = time.process_time() - (start if start is not None else time.process_time())
-    return steps / cpu if cpu > 0 else 0.0
 
 
 def docs_table(result: dict[str, Any]) -> str:
@@ -196,15 +222,16 @@ def docs_table(result: dict[str, Any]) -> str:
 
 
 def cartpole_table(result: dict[str, Any]) -> str:
-    """The "per CartPole" table: the current path's steps per CPU second against CartPole-v1's, same run."""
-    cartpole = result["setup"]["cartpole_steps_per_cpu_s"]
+    """The "per CartPole" table: the current path's steps per CPU second against CartPole-v1's, same runs
+    (the median of the runs' ratios)."""
     lines = [
         "| policy | current path (steps per CPU s) | CartPole-v1 (steps per CPU s) | share of CartPole |",
         "|---|---|---|---|",
     ]
     for row in result["results"]:
         lines.append(
-            f"| {row['policy']} | {row['new']['steps_per_cpu_s']:,} | {cartpole:,} | {row['per_cartpole']:.3f} |"
+            f"| {row['policy']} | {row['new']['steps_per_cpu_s']:,} | {row['cartpole_steps_per_cpu_s']:,} "
+            f"| {row['per_cartpole']:.3f} |"
         )
     return "\n".join(lines)
 
@@ -250,13 +277,10 @@ def main() -> None:
         return
 
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    cartpole: list[float] = []
     for _ in range(args.repeat):
-        cartpole.append(cartpole_rate(args))
         for policy_name in args.policies:
             for path in args.paths:
                 runs.setdefault((policy_name, path), []).append(run(path, policy_name, args))
-    cartpole_median = statistics.median(cartpole)
 
     table = []
     for policy_name in args.policies:
@@ -275,8 +299,11 @@ def main() -> None:
                     else 0
                 ),
             }
-        if "new" in row and cartpole_median:  # the env step's rate in CartPole's, measured in this run
-            row["per_cartpole"] = round(row["new"]["steps_per_cpu_s"] / cartpole_median, 4)
+        if "new" in row:  # the env step's rate in CartPole's, each run's from its interleaved slices
+            new_runs = runs[(policy_name, "new")]
+            row["cartpole_steps_per_cpu_s"] = round(statistics.median(r["cartpole_steps_per_cpu_s"] for r in new_runs))
+            row["per_cartpole_runs"] = [round(r["per_cartpole"], 4) for r in new_runs]
+            row["per_cartpole"] = round(statistics.median(r["per_cartpole"] for r in new_runs), 4)
         if "old" in row and "new" in row and row["old"]["steps_per_s"]:
             row["ratio"] = round(row["new"]["steps_per_s"] / row["old"]["steps_per_s"], 1)
         table.append(row)
@@ -286,7 +313,7 @@ def main() -> None:
         "prewarm": args.prewarm,
         "warmup": args.warmup,
         "repeat": args.repeat,
-        "cartpole_steps_per_cpu_s": round(cartpole_median),
+        "cartpole": f"CartPole-v1 .unwrapped, {CARTPOLE_SLICE} steps after every {SLICE_STEPS} env steps",
     }
     if args.json:
         print(json.dumps({"setup": setup, "results": table}, indent=2))
@@ -308,8 +335,8 @@ def main() -> None:
         if "per_cartpole" in row:
             print(
                 f"{row['policy']}: current path {row['new']['steps_per_cpu_s']:,} steps per CPU s = "
-                f"{row['per_cartpole']:.3f} of CartPole-v1's {setup['cartpole_steps_per_cpu_s']:,} "
-                "(random actions, same run)"
+                f"{row['per_cartpole']:.3f} of CartPole-v1's {row['cartpole_steps_per_cpu_s']:,} "
+                f"(random actions, interleaved; runs: {', '.join(f'{x:.3f}' for x in row['per_cartpole_runs'])})"
             )
     isolation = [p for p in ISOLATION_PATHS if p in args.paths]
     if len(isolation) > 1 and isolation[0] == "new":

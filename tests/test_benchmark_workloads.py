@@ -62,6 +62,17 @@ def test_the_rehearsal_workload_imagines_every_result_in_both_modes(rollout):
         assert row["rows_by_role"] == {"actor": 1, f"env_role_{mode}": 1}
 
 
+def test_the_env_step_benchmark_times_cartpole_between_its_own_steps():
+    """The per-CartPole ratio comes from CartPole slices interleaved with the env's steps, each timed apart:
+    the env's CPU time excludes the slices, and the ratio is the two rates of the same run."""
+    bench = _load("env_step")
+    args = argparse.Namespace(wrapped=False, prewarm=False, seed=0, warmup=5, steps=2 * bench.SLICE_STEPS, seconds=60.0)
+    row = bench.run("new", "random", args)
+    assert row["steps"] == 2 * bench.SLICE_STEPS
+    assert row["cartpole_steps_per_cpu_s"] > row["steps_per_cpu_s"] > 0  # CartPole is the cheaper env
+    assert row["per_cartpole"] == row["steps_per_cpu_s"] / row["cartpole_steps_per_cpu_s"]
+
+
 def test_the_env_step_benchmark_runs_the_user_toolkit_in_a_worker_under_the_defaults():
     bench = _load("env_step")
     from envace_gym.backends.isolated import ProcessBackend

@@ -5,6 +5,7 @@ exactly as before, whatever the tool mutated first; results, copies and tasks ne
 """
 
 import copy
+import heapq
 import threading
 
 import pytest
@@ -139,6 +140,79 @@ def _shop(rollback, timeout=None):
     backend = PythonBackend(Shop, timeout=timeout, rollback=rollback)
     backend.reset(task)
     return backend, task
+
+
+class Probe(Toolkit):
+    """Calls that change the state in ways equality misses, and calls that change nothing."""
+
+    @tool
+    def look(self) -> list:
+        """Read through every container."""
+        return [self.state["n"], self.state["order"]["a"], list(self.state["heap"]), dict(self.state["order"])]
+
+    @tool
+    def store_same_object(self) -> bool:
+        """Store back the very object that is there (no change)."""
+        self.state["order"]["a"] = self.state["order"]["a"]
+        return True
+
+    @tool
+    def as_float(self) -> bool:
+        """Rewrite n as an equal float (1 == 1.0, but the JSON differs)."""
+        self.state["n"] = float(self.state["n"])
+        return True
+
+    @tool
+    def move_to_end(self) -> bool:
+        """Pop a key and put it back: the same items, another order."""
+        self.state["order"]["a"] = self.state["order"].pop("a")
+        return True
+
+    @tool
+    def heap_push(self, x: int) -> bool:
+        """heapq writes a list through the C API, past CowList's methods.
+
+        Args:
+            x: the value pushed.
+        """
+        heapq.heappush(self.state["heap"], x)
+        return True
+
+    @tool
+    def new_root(self) -> bool:
+        """Replace the whole state with an equal dict."""
+        self.state = dict(self.state)
+        return True
+
+
+def test_a_call_that_changes_nothing_keeps_the_committed_state_and_any_change_is_seen():
+    """Copy-on-write keeps the committed state, and its known hash, after a call that changed nothing
+    (`cow.unchanged`: identity, not equality); every kind of change, even one equality misses, is kept."""
+    state = {"n": 1, "order": {"a": 1, "b": 2}, "heap": [3]}
+    task = kv_task()
+    task = type(task)(**{**task.__dict__, "tools": (), "initial_state": copy.deepcopy(state)})
+    backend = PythonBackend(Probe, timeout=None, rollback="cow")
+    backend.reset(task)
+    assert backend._toolkit.state is task.initial_state  # reset: the task's state itself, hash shared
+    for name in ("look", "store_same_object"):
+        before = backend._toolkit.state
+        assert backend.execute(ToolCall(name, {})).ok
+        assert backend._toolkit.state is before, name
+    hashes = {backend.state_hash()}
+    changes = [
+        ("as_float", {}, lambda s: type(s["n"]) is float),
+        ("move_to_end", {}, lambda s: list(s["order"]) == ["b", "a"]),
+        ("heap_push", {"x": 4}, lambda s: s["heap"] == [3, 4]),  # appended: only the length tells
+        ("new_root", {}, lambda s: True),
+    ]
+    for name, args, holds in changes:
+        before = backend._toolkit.state
+        assert backend.execute(ToolCall(name, args)).ok
+        assert backend._toolkit.state is not before and holds(backend.state()), name
+        assert backend.state_hash() == state_digest(backend.state()), name
+        hashes.add(backend.state_hash())
+    assert len(hashes) == 3  # the start, as_float, heap_push (move_to_end and new_root write the same JSON)
+    assert task.initial_state == state
 
 
 @pytest.mark.parametrize("rollback", ROLLBACKS)

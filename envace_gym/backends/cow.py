@@ -34,7 +34,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["Txn", "CowDict", "CowList", "overlay", "plain_copy", "detach_json"]
+__all__ = ["Txn", "CowDict", "CowList", "overlay", "unchanged", "release", "plain_copy", "detach_json"]
 
 # Values that are never copied: immutable JSON scalars.
 _ATOMIC = frozenset({str, int, float, bool, type(None)})
@@ -43,13 +43,14 @@ _ATOMIC = frozenset({str, int, float, bool, type(None)})
 class Txn:
     """One call's ownership token. While ``active``, reaching a container through an overlay forks it."""
 
-    __slots__ = ("active", "fresh")
+    __slots__ = ("active", "fresh", "forks")
 
     def __init__(self) -> None:
         self.active = True
         # ids of plain containers (and forked non-JSON values) this call created and stored: its own, never
         # copied again. The committed state's objects stay alive during the call, so no id here is theirs.
         self.fresh: set[int] = set()
+        self.forks: list[CowDict | CowList] = []  # every fork made for this call (see `unchanged`)
 
 
 def _own(value: Any, txn: Txn) -> Any:
@@ -80,12 +81,14 @@ def _adopt(value: Any, txn: Txn) -> None:
 class CowDict(dict):
     """A dict of a call's overlay (see the module docstring); behaves as a plain dict when inactive."""
 
-    __slots__ = ("_txn",)
+    __slots__ = ("_txn", "_source")
 
     @classmethod
     def _fork(cls, source: dict, txn: Txn) -> CowDict:
         node = cls(dict.copy(source) if type(source) is cls else source)
         node._txn = txn
+        node._source = source
+        txn.forks.append(node)
         return node
 
     @classmethod
@@ -200,12 +203,14 @@ class CowDict(dict):
 class CowList(list):
     """A list of a call's overlay (see the module docstring); behaves as a plain list when inactive."""
 
-    __slots__ = ("_txn",)
+    __slots__ = ("_txn", "_source")
 
     @classmethod
     def _fork(cls, source: list, txn: Txn) -> CowList:
         node = cls(list.copy(source) if type(source) is cls else source)
         node._txn = txn
+        node._source = source
+        txn.forks.append(node)
         return node
 
     def _own_range(self, indices: Iterable[int]) -> None:
@@ -312,6 +317,44 @@ class CowList(list):
 def overlay(state: dict[str, Any], txn: Txn) -> CowDict:
     """A root for one call over the committed ``state`` (which the call will never write)."""
     return CowDict._fork(state, txn)
+
+
+def unchanged(txn: Txn) -> bool:
+    """Whether the call of ``txn`` left what it reached as it found it: every container it forked holds, in
+    the same order, the very objects its source holds (or forks of them, checked in turn). Then its overlay
+    is the committed state over again, and the caller keeps the committed state itself, with what is known
+    of it (its hash). Identity, not equality: ``1`` and ``1.0`` are equal but write different JSON; a key
+    popped and put back, or a value rewritten with an equal one, counts as a change. A mutation through the
+    raw C API (``heapq`` on a forked list) is seen too: it changes the fork's slots."""
+    for node in txn.forks:
+        source = node._source
+        if type(node) is CowDict:
+            if dict.__len__(node) != len(source):
+                return False
+            pairs = zip(dict.items(node), dict.items(source), strict=True)
+            for (key, value), (source_key, source_value) in pairs:
+                if key is not source_key or (value is not source_value and not _fork_of(value, source_value, txn)):
+                    return False
+        else:
+            if list.__len__(node) != len(source):
+                return False
+            for value, source_value in zip(list.__iter__(node), list.__iter__(source), strict=True):
+                if value is not source_value and not _fork_of(value, source_value, txn):
+                    return False
+    return True
+
+
+def release(txn: Txn) -> None:
+    """Let ``txn``'s forks go of their sources once its call is settled: a committed fork would otherwise
+    keep every earlier version of its container alive (and the txn and its forks would form a cycle)."""
+    for node in txn.forks:
+        node._source = None
+    txn.forks.clear()
+
+
+def _fork_of(value: Any, source: Any, txn: Txn) -> bool:
+    t = type(value)
+    return (t is CowDict or t is CowList) and value._txn is txn and value._source is source
 
 
 def plain_copy(value: Any) -> Any:

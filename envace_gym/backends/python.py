@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..calls import ErrorCode, ToolCall
 from ..tools import ToolSpec, check_hinted
 from .base import ToolResult, state_digest, validate_call
-from .cow import CowDict, Txn, detach_json, overlay, plain_copy
+from .cow import CowDict, Txn, detach_json, overlay, plain_copy, release, unchanged
 
 if TYPE_CHECKING:
     from ..tasks import Task
@@ -137,6 +137,7 @@ class PythonBackend:
         # task.tools (by identity) -> the episode's specs: tasks are reset many times.
         self._task_specs: dict[int, tuple[Any, dict[str, ToolSpec]]] = {}
         self._inline = self.toolkit_cls.run_inline
+        self._hashes: dict[int, tuple[Any, str]] = {}  # id(committed state) -> (state, hash); see state_hash
         self._toolkit = self._new_toolkit({})
         self.call_count = 0
         self.timeouts = 0
@@ -189,17 +190,23 @@ class PythonBackend:
         kit = self._toolkit
         committed = kit.state
         txn = Txn()
-        kit.state = overlay(committed, txn)
+        root = kit.state = overlay(committed, txn)
         inline = self._inline and INLINE_TOOLKITS and call.name not in self._functions
         outcome = self._run(self._bound(kit, call.name), call.arguments, inline)
         if outcome[0] == "ok":
             try:
                 content = detach_json(outcome[1])  # results never alias the state
             except (TypeError, ValueError) as exc:
+                release(txn)
                 self._toolkit = self._new_toolkit(committed)
                 return ToolResult.failure(call, ErrorCode.TOOL_EXECUTION_ERROR, f"result is not JSON: {exc}")
             txn.active = False  # commit: the overlay (or what the tool put in self.state) is the state now
+            if kit.state is root and unchanged(txn):
+                kit.state = committed  # a call that changed nothing (a lookup) keeps the state and its hash
+            release(txn)
             return ToolResult(call, content)
+        if outcome[0] != "timeout":  # a timed-out call still runs in its thread, on its own txn
+            release(txn)
         # A fresh instance on the committed state: a timed-out call still running in its thread keeps its
         # own instance, whose state is the overlay that is being dropped (txn stays active for it).
         self._toolkit = self._new_toolkit(committed)
@@ -209,7 +216,20 @@ class PythonBackend:
         return plain_copy(self._toolkit.state)
 
     def state_hash(self) -> str:
-        return state_digest(self._toolkit.state)
+        state = self._toolkit.state
+        if self.rollback != "cow":  # deepcopy rollback writes the state in place: nothing to remember
+            return state_digest(state)
+        # Committed state is never written (see `cow`), so its hash is known for as long as it is the
+        # state: after reset (a task's initial state, shared by its episodes) and after calls that
+        # changed nothing. The state is held with its hash, so its id is not reused.
+        kept = self._hashes.get(id(state))
+        if kept is not None and kept[0] is state:
+            return kept[1]
+        digest = state_digest(state)
+        if len(self._hashes) >= 4096:
+            self._hashes.clear()
+        self._hashes[id(state)] = (state, digest)
+        return digest
 
     def copy(self) -> PythonBackend:
         """An independent backend at the current state (for rehearsal from the current point).
@@ -229,9 +249,14 @@ class PythonBackend:
         """A toolkit instance whose committed state is ``state`` (shared, not copied, under ``cow``)."""
         if self.rollback == "deepcopy":
             return self.toolkit_cls(state)
+        base = state or {}
         txn = Txn()
-        kit = self.toolkit_cls(overlay(state or {}, txn))  # a subclass __init__ may write to it
+        root = overlay(base, txn)
+        kit = self.toolkit_cls(root)  # a subclass __init__ may write to it
         txn.active = False
+        if kit.state is root and unchanged(txn):
+            kit.state = base  # the task's initial state itself: its hash is known from earlier episodes
+        release(txn)
         return kit
 
     def _bound(self, kit: Toolkit, name: str) -> Callable[..., Any]:
