@@ -727,17 +727,26 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
     def offered_tool_names(self) -> frozenset[str]:
         """The names of the tools this episode offers the agent (the ``info["tools"]`` it is shown: the
         task's, else its backend's); what `parse_calls` is given as declared."""
-        if self.task is not None and self.task.tools:
-            tools = self.task.tools
-        elif self.backend is not None:
-            tools = self.backend.tools
-        else:
-            return frozenset()
-        # Read once per list of tools (a task's, or a backend's until it changes): every step parses with it.
-        seen, names = getattr(self, "_offered", (None, frozenset()))
-        if tools is not seen:
-            names = tool_names_of(tools)
-            self._offered = (tools, names)
+        if self.task is None or not self.task.tools:
+            if self.backend is None:
+                return frozenset()
+            tools = self.backend.tools  # read once until the backend hands out another list
+            seen, names = self.__dict__.get("_offered_by_backend", (None, frozenset()))
+            if tools is not seen:
+                names = tool_names_of(tools)
+                self._offered_by_backend = (tools, names)
+            return names
+        tools = self.task.tools
+        # Read once per task's list of tools, not at every step and every reset: the list is held with its
+        # names, so its id is not reused.
+        offered = self.__dict__.setdefault("_offered", {})
+        kept = offered.get(id(tools))
+        if kept is not None and kept[0] is tools:
+            return kept[1]
+        names = tool_names_of(tools)
+        if len(offered) >= 65_536:
+            offered.clear()
+        offered[id(tools)] = (tools, names)
         return names
 
     def build_info(self, results: list[ToolResult], errors: list[CallError]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .calls import ToolCall
@@ -139,6 +140,7 @@ def _canonical_number(token: str) -> str:
     return f"{round(value, 6):.6f}".rstrip("0").rstrip(".")
 
 
+@lru_cache(maxsize=4096)  # every episode normalises its task's required strings again, and answers repeat
 def normalize_answer(text: str) -> str:
     """Lower-case, punctuation-trimmed tokens with numbers in one canonical form ("1,200.50" -> "1200.5")."""
     tokens = []
