@@ -129,6 +129,19 @@ def test_the_env_step_block_is_in_the_scripts_format():
     assert env_step.docs_table(result) == _block("benchmarks.md", "env-step")
 
 
+def test_the_env_step_cartpole_block_is_the_kept_median_run():
+    """The per-CartPole figures shown are the script's table of a kept --json run (the median of three)."""
+    env_step = _load("env_step")
+    runs = [
+        json.loads((ROOT / "docs" / "results" / f"env_step_cartpole_2026-12-07_after{i}.json").read_text())
+        for i in (1, 2, 3)
+    ]
+    shown = [r for r in runs if env_step.cartpole_table(r) == _block("benchmarks.md", "env-step-cartpole")]
+    assert len(shown) == 1
+    ratios = sorted(run["results"][0]["per_cartpole"] for run in runs)
+    assert shown[0]["results"][0]["policy"] == "random" and shown[0]["results"][0]["per_cartpole"] == ratios[1]
+
+
 def test_the_rehearsal_table_pools_seeds_and_pairs_each_task_with_budget_0():
     bench = _load("rehearsal_budget")
 
