@@ -58,13 +58,20 @@ def test_write_block_without_its_markers_is_a_clear_error_and_writes_nothing(tmp
     assert page.read_text() == text
 
 
-def test_the_throughput_table_is_the_scripts_rendering_of_the_kept_json():
+@pytest.mark.parametrize(
+    ("block", "files"),
+    [
+        ("throughput-before-after", "throughput_{}_2026-12-05.json"),
+        ("throughput-loop", "throughput_loop_{}_2026-12-06.json"),
+        ("throughput-step", "throughput_step_{}_2026-12-07.json"),
+    ],
+)
+def test_the_throughput_tables_are_the_scripts_rendering_of_the_kept_json(block, files):
     rollout = _load("rollout_throughput")
     before, after = (
-        json.loads((ROOT / "docs" / "results" / f"throughput_{w}_2026-12-05.json").read_text())
-        for w in ("before", "after")
+        json.loads((ROOT / "docs" / "results" / files.format(w)).read_text()) for w in ("before", "after")
     )
-    assert rollout.before_after_table(before, after) == _block("benchmarks.md", "throughput-before-after")
+    assert rollout.before_after_table(before, after) == _block("benchmarks.md", block)
 
 
 def test_the_repeated_throughput_table_is_the_scripts_rendering_of_the_kept_json():
