@@ -32,6 +32,7 @@ from .calls import (
     tool_calls_to_openai,
     tool_names_of,
 )
+from .kept import KeptByIdentity
 from .rewards import EpisodeRecord, score_episode
 from .spaces import UnicodeText
 from .suites import load_suite
@@ -737,17 +738,10 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
                 self._offered_by_backend = (tools, names)
             return names
         tools = self.task.tools
-        # Read once per task's list of tools, not at every step and every reset: the list is held with its
-        # names, so its id is not reused.
-        offered = self.__dict__.setdefault("_offered", {})
-        kept = offered.get(id(tools))
-        if kept is not None and kept[0] is tools:
-            return kept[1]
-        names = tool_names_of(tools)
-        if len(offered) >= 65_536:
-            offered.clear()
-        offered[id(tools)] = (tools, names)
-        return names
+        # Read once per task's list of tools, not at every step and every reset.
+        offered = self.__dict__.setdefault("_offered", KeptByIdentity(65_536))
+        names = offered.get(tools)
+        return names if names is not None else offered.put(tools, tool_names_of(tools))
 
     def build_info(self, results: list[ToolResult], errors: list[CallError]) -> dict[str, Any]:
         """The ``info`` dict of a reset or step (see the README for its keys)."""

@@ -21,6 +21,8 @@ from typing import Any
 import jsonschema
 from jsonschema import Draft202012Validator
 
+from .kept import KeptByIdentity
+
 __all__ = [
     "ToolSpec",
     "SchemaError",
@@ -319,25 +321,21 @@ def _messages(validator: Draft202012Validator, instance: Any) -> list[str]:
     # Collecting jsonschema's errors costs about half a plain env step, and a policy repeats its wrong calls
     # (a group of samples of one task, a random policy's few shapes): the messages are kept per validator
     # and instance. The key is the instance's repr, which tells apart what jsonschema tells apart (1, 1.0
-    # and True; a list and a tuple); the validator is held, so its id is not reused. Long instances are not
-    # kept (memory).
+    # and True; a list and a tuple). Long instances are not kept (memory).
     text = repr(instance)
-    key = (id(validator), text)
-    kept = _KEPT_MESSAGES.get(key)
-    if kept is not None and kept[0] is validator:
-        return list(kept[1])
+    kept = _KEPT_MESSAGES.get(validator, text)
+    if kept is not None:
+        return list(kept)
     out = []
     for err in sorted(validator.iter_errors(instance), key=lambda e: list(e.path)):
         where = "/".join(str(p) for p in err.path)
         out.append(f"{where}: {err.message}" if where else err.message)
     if len(text) <= 2048:
-        if len(_KEPT_MESSAGES) >= 4096:
-            _KEPT_MESSAGES.clear()
-        _KEPT_MESSAGES[key] = (validator, tuple(out))
+        _KEPT_MESSAGES.put(validator, tuple(out), text)
     return out
 
 
-_KEPT_MESSAGES: dict[tuple[int, str], tuple[Draft202012Validator, tuple[str, ...]]] = {}
+_KEPT_MESSAGES: KeptByIdentity[tuple[str, ...]] = KeptByIdentity(4096)
 
 
 def _json_literal(value: Any) -> bool:

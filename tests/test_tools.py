@@ -66,7 +66,7 @@ def test_kept_messages_tell_apart_what_jsonschema_tells_apart(monkeypatch):
     ]
     fresh = []
     for case in cases:  # jsonschema's own messages, nothing kept
-        monkeypatch.setattr(tools, "_KEPT_MESSAGES", {})
+        monkeypatch.setattr(tools, "_KEPT_MESSAGES", tools.KeptByIdentity(4096))
         fresh.append(spec.validate_arguments(case))
     assert "seats: True is not of type 'integer'" in fresh[1] and fresh[0] != fresh[1]
     assert len(fresh[3]) == 2 and len(fresh[4]) == 1  # jsonschema refuses a tuple where the schema says array

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..calls import ErrorCode, ToolCall
+from ..kept import KeptByIdentity
 from ..tools import ToolSpec, check_hinted
 from .base import ToolResult, state_digest, validate_call
 from .cow import CowDict, Txn, detach_json, overlay, plain_copy, release, unchanged
@@ -135,9 +136,9 @@ class PythonBackend:
         self._all_openai = tuple(s.to_openai() for s in self._all_specs.values())
         self._specs = self._all_specs
         # task.tools (by identity) -> the episode's specs: tasks are reset many times.
-        self._task_specs: dict[int, tuple[Any, dict[str, ToolSpec]]] = {}
+        self._task_specs: KeptByIdentity[dict[str, ToolSpec]] = KeptByIdentity(65_536)
         self._inline = self.toolkit_cls.run_inline
-        self._hashes: dict[int, tuple[Any, str]] = {}  # id(committed state) -> (state, hash); see state_hash
+        self._hashes: KeptByIdentity[str] = KeptByIdentity(4096)  # committed state -> its hash; see state_hash
         self._toolkit = self._new_toolkit({})
         self.call_count = 0
         self.timeouts = 0
@@ -165,18 +166,16 @@ class PythonBackend:
         self._toolkit = self._new_toolkit(task.initial_state if task is not None else {})
         self.call_count = 0
         if task is not None and task.tools:
-            hit = self._task_specs.get(id(task.tools))
-            if hit is not None and hit[0] is task.tools:
-                self._specs = hit[1]
+            hit = self._task_specs.get(task.tools)
+            if hit is not None:
+                self._specs = hit
                 return
             if tuple(task.tools) == self._all_openai:
                 self._specs = self._all_specs
             else:
                 # The task's own schemas are authoritative (a task may withhold or restate tools).
                 self._specs = {s.name: s for s in task.tool_specs if s.name in self._all_specs}
-            if len(self._task_specs) >= 65_536:
-                self._task_specs.clear()
-            self._task_specs[id(task.tools)] = (task.tools, self._specs)  # holds task.tools: the id stays its
+            self._task_specs.put(task.tools, self._specs)
         else:
             self._specs = self._all_specs
 
@@ -221,15 +220,9 @@ class PythonBackend:
             return state_digest(state)
         # Committed state is never written (see `cow`), so its hash is known for as long as it is the
         # state: after reset (a task's initial state, shared by its episodes) and after calls that
-        # changed nothing. The state is held with its hash, so its id is not reused.
-        kept = self._hashes.get(id(state))
-        if kept is not None and kept[0] is state:
-            return kept[1]
-        digest = state_digest(state)
-        if len(self._hashes) >= 4096:
-            self._hashes.clear()
-        self._hashes[id(state)] = (state, digest)
-        return digest
+        # changed nothing.
+        kept = self._hashes.get(state)
+        return kept if kept is not None else self._hashes.put(state, state_digest(state))
 
     def copy(self) -> PythonBackend:
         """An independent backend at the current state (for rehearsal from the current point).
