@@ -70,6 +70,10 @@ class NoopPolicy:
         return self.answer
 
 
+#: The strings `RandomPolicy` writes where a schema asks for one (one of them JSON text).
+_STRINGS = ("", "x", "A-1234", "/home", "2026-03-14", json.dumps({"a": 1}))
+
+
 class RandomPolicy:
     """Random behaviour over the declared tools: schema-valid calls with random values, invalid calls
     (unknown tools, wrong types, broken JSON), and random answers. A floor baseline and a fuzzer."""
@@ -118,7 +122,7 @@ class RandomPolicy:
             ]
         if kind == "object":
             return {} if depth > 1 else {"k": self._value({"type": "string"}, depth + 1)}
-        return self.rng.choice(["", "x", "A-1234", "/home", "2026-03-14", json.dumps({"a": 1})])
+        return self.rng.choice(_STRINGS)
 
 
 def play_episode(env: Any, policy: TextPolicy, task_id: str) -> dict[str, Any]:

@@ -52,6 +52,7 @@ __all__ = [
     "parse_calls",
     "format_calls",
     "canonical_json",
+    "json_text",
     "strip_reasoning",
     "tool_names_of",
     "INVALID_CALL_CODES",
@@ -123,9 +124,20 @@ class ParsedAction:
         return not self.calls and not self.errors
 
 
+# One encoder of each kind, built once: ``json.dumps`` with any non-default option builds a new JSONEncoder
+# (and its C encoder) per call, a third of the time of encoding the small values a step shows and hashes.
+_TEXT_ENCODER = json.JSONEncoder(ensure_ascii=False)
+_CANONICAL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def json_text(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)``: the JSON text a message shows (tool results, call arguments)."""
+    return _TEXT_ENCODER.encode(value)
+
+
 def canonical_json(value: Any) -> str:
     """Sorted-key, compact JSON: the identity used for caches, hashes and call matching."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL_ENCODER.encode(value)
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -524,7 +536,7 @@ def _short(exc: BaseException, limit: int = 120) -> str:
 def _json_for_tags(value: Any) -> str:
     # Escaping '<' (legal only inside JSON strings) keeps argument text such as "</tool_call>" or
     # "<think>" from being read as markup when the message is parsed back.
-    return json.dumps(value, ensure_ascii=False).replace("<", "\\u003c")
+    return json_text(value).replace("<", "\\u003c")
 
 
 def format_calls(calls: Iterable[ToolCall], style: str = "tool_call") -> str:
@@ -569,7 +581,7 @@ def tool_calls_to_openai(calls: Sequence[ToolCall], id_prefix: str = "call") -> 
         {
             "id": c.id or f"{id_prefix}_{i}",
             "type": "function",
-            "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+            "function": {"name": c.name, "arguments": json_text(c.arguments)},
         }
         for i, c in enumerate(calls)
     ]

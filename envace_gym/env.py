@@ -10,7 +10,6 @@ Benchmark envs (BFCL, tau2) subclass it through the public hooks listed in `Tool
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,6 +27,7 @@ from .calls import (
     ErrorCode,
     ParsedAction,
     ToolCall,
+    json_text,
     parse_calls,
     tool_calls_to_openai,
     tool_names_of,
@@ -739,7 +739,9 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
             return names
         tools = self.task.tools
         # Read once per task's list of tools, not at every step and every reset.
-        offered = self.__dict__.setdefault("_offered", KeptByIdentity(65_536))
+        offered = self.__dict__.get("_offered")
+        if offered is None:  # built once per env (setdefault would build a store at every call)
+            offered = self._offered = KeptByIdentity(65_536)
         names = offered.get(tools)
         return names if names is not None else offered.put(tools, tool_names_of(tools))
 
@@ -810,7 +812,7 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         shown = []
         for err in errors:
             payload = {"error": {"code": err.code.value, "message": err.message}}
-            content = clip(json.dumps(payload, ensure_ascii=False), self.max_result_chars)
+            content = clip(json_text(payload), self.max_result_chars)
             call_id = self._next_call_id()
             self.messages.append({"role": "tool", "tool_call_id": call_id, "name": err.tool or "", "content": content})
             shown.append(content)

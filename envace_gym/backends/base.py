@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..calls import CallError, ErrorCode, ToolCall, canonical_json
+from ..calls import CallError, ErrorCode, ToolCall, canonical_json, json_text
 from ..tools import ToolSpec
 from .ledger import LEDGER, is_self_accounting
 
@@ -60,7 +59,7 @@ class ToolResult:
     def to_message_content(self) -> str:
         if self.text is not None and self.error is None:
             return self.text
-        return json.dumps(self.payload(), ensure_ascii=False)
+        return json_text(self.payload())
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.call.name, "arguments": self.call.arguments, "ok": self.ok}

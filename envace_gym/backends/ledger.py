@@ -37,6 +37,15 @@ __all__ = ["CALL_KINDS", "CallLedger", "LEDGER", "charged_as", "is_self_accounti
 CALL_KINDS = ("live", "logged", "verifier", "diagnostic")
 
 
+class _ThreadState(threading.local):
+    """One thread's view of the ledger: its `charged_as` override and its open tallies. The class attributes
+    are every thread's starting values (a plain ``threading.local`` read with ``getattr(..., default)`` raised
+    and caught an AttributeError at every booking)."""
+
+    kind: str | None = None
+    tallies: tuple[dict[str, int], ...] = ()
+
+
 class CallLedger:
     """Thread-safe counts of tool calls by kind (see the module docstring). Read it with `snapshot`
     and subtract two snapshots for the calls of an interval; counts are never reset."""
@@ -44,16 +53,17 @@ class CallLedger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(CALL_KINDS, 0)
-        self._local = threading.local()  # .kind: this thread's charged_as override; .tallies: its tallies
+        self._local = _ThreadState()
 
     def record(self, kind: str, n: int = 1) -> None:
         """Book ``n`` calls as ``kind`` (or as the kind of an enclosing `charged_as` in this thread)."""
         if kind not in self._counts:
             raise ValueError(f"unknown call kind {kind!r}; kinds: {', '.join(CALL_KINDS)}")
-        kind = getattr(self._local, "kind", None) or kind
+        local = self._local
+        kind = local.kind or kind
         with self._lock:
             self._counts[kind] += n
-        for counts in getattr(self._local, "tallies", ()):
+        for counts in local.tallies:
             counts[kind] = counts.get(kind, 0) + n
 
     def snapshot(self) -> dict[str, int]:
@@ -66,7 +76,7 @@ class CallLedger:
         """Inside the block, every booking made in this thread is booked to ``kind``."""
         if kind not in self._counts:
             raise ValueError(f"unknown call kind {kind!r}; kinds: {', '.join(CALL_KINDS)}")
-        outer = getattr(self._local, "kind", None)
+        outer = self._local.kind
         self._local.kind = kind
         try:
             yield
@@ -86,11 +96,11 @@ class _Tally:
 
     __slots__ = ("_local", "_counts", "_outer")
 
-    def __init__(self, local: threading.local, counts: dict[str, int]) -> None:
+    def __init__(self, local: _ThreadState, counts: dict[str, int]) -> None:
         self._local, self._counts = local, counts
 
     def __enter__(self) -> dict[str, int]:
-        self._outer = getattr(self._local, "tallies", ())
+        self._outer = self._local.tallies
         self._local.tallies = (*self._outer, self._counts)
         return self._counts
 

@@ -5,6 +5,7 @@ reaches the actor."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .._registry import did_you_mean, unknown_message
 
@@ -83,6 +84,11 @@ def parse_backend_spec(value: str | BackendSpec) -> BackendSpec:
         return value
     if not isinstance(value, str):
         raise ValueError(f"a backend spec is a string, got {type(value).__name__}")
+    return _parse_spec_text(value)
+
+
+@lru_cache(maxsize=256)  # an env reads its spec at every reset; a spec is frozen, so one can be shared
+def _parse_spec_text(value: str) -> BackendSpec:
     if value in REAL_KINDS[:1] + IMAGINED_KINDS:
         return BackendSpec(value)
     kind, sep, target = value.partition(":")

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..calls import ToolCall, json_value_problem, strip_reasoning
+from ..calls import ToolCall, json_text, json_value_problem, strip_reasoning
 from ..tasks import Task
 from ..tools import ToolSpec, compact_signature
 from ..transcript import render_transcript
@@ -80,10 +80,10 @@ def build_env_role_prompt(
         # Candidate tools as one signature line each; the current tool's full schema comes below.
         "## Candidate tools\n" + "\n".join(compact_signature(s.to_openai()) for s in specs),
         "## Examples of real calls and results\n"
-        + ("\n".join(json.dumps(e, ensure_ascii=False) for e in examples) if examples else "<unavailable>"),
+        + ("\n".join(json_text(e) for e in examples) if examples else "<unavailable>"),
         "## Conversation so far\n" + render_transcript(history, include_system=False),
         "## The assistant's last message\n" + raw,
-        "## Tool call to simulate\n" + json.dumps(current, ensure_ascii=False),
+        "## Tool call to simulate\n" + json_text(current),
     ]
     return [{"role": "system", "content": ENV_ROLE_SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
 
@@ -139,7 +139,7 @@ def _json_result(body: str, max_chars: int, what: str) -> tuple[Any, str | None]
 def format_execution_result(value: Any) -> str:
     """``value`` (a tool's result, any JSON value) in the format a prompted env role answers with:
     ``<execution_result>``, the JSON, ``</execution_result>``."""
-    return f"<execution_result>\n{json.dumps(value, ensure_ascii=False)}\n</execution_result>"
+    return f"<execution_result>\n{json_text(value)}\n</execution_result>"
 
 
 def format_result(value: Any, mode: str) -> str:
@@ -147,7 +147,7 @@ def format_result(value: Any, mode: str) -> str:
     ``<execution_result>`` tags (`format_execution_result`) when ``"prompted"``, the bare JSON of the tool
     message when ``"inline"``. Raises ``TypeError``/``ValueError`` for a value that is not JSON."""
     if mode == "inline":
-        return json.dumps(value, ensure_ascii=False)
+        return json_text(value)
     if mode == "prompted":
         return format_execution_result(value)
     raise ValueError(f"mode must be 'prompted' or 'inline', got {mode!r}")
