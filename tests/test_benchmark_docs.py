@@ -137,12 +137,23 @@ def test_the_env_step_block_is_in_the_scripts_format():
 
 
 def test_the_env_step_cartpole_block_is_the_kept_median_run():
-    """The per-CartPole figures shown are the script's table of a kept --json run (the median of three)."""
+    """The per-CartPole figures shown are the script's table of a kept --json run (the median of three), and
+    the prose's figures are the kept runs': the current code's and the code before, run by run."""
     env_step = _load("env_step")
     runs = [
-        json.loads((ROOT / "docs" / "results" / f"env_step_cartpole_2026-12-07_after{i}.json").read_text())
+        json.loads((ROOT / "docs" / "results" / f"env_step_cartpole_4012b38_after{i}.json").read_text())
         for i in (1, 2, 3)
     ]
+    before = [
+        json.loads((ROOT / "docs" / "results" / f"env_step_cartpole_65fddfe_before{i}.json").read_text())
+        for i in (1, 2, 3)
+    ]
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    for kept in (runs, before):
+        for policy in (0, 1):
+            first, second, third = (f"{run['results'][policy]['per_cartpole']:.3f}" for run in kept)
+            shown = f"{first}, {second} and {third}"
+            assert shown in " ".join(text.split()), shown
     shown = [r for r in runs if env_step.cartpole_table(r) == _block("benchmarks.md", "env-step-cartpole")]
     assert len(shown) == 1
     ratios = sorted(run["results"][0]["per_cartpole"] for run in runs)
