@@ -4,7 +4,7 @@ import keyword
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envace_gym.calls import ErrorCode, ToolCall, format_calls, parse_calls
+from envace_gym.calls import ErrorCode, ToolCall, canonical_json, format_calls, json_text, parse_calls
 
 json_scalars = (
     st.none()
@@ -250,3 +250,13 @@ def test_many_unclosed_thinks_parse_to_a_format_error():
 def test_any_string_with_tool_names_parses_without_raising(text, tools):
     parsed = parse_calls(text, tools)
     assert isinstance(parsed.content, str) and all(isinstance(c, ToolCall) for c in parsed.calls)
+
+
+def test_the_kept_encoders_write_what_json_dumps_writes():
+    """`json_text` and `canonical_json` keep one encoder each: their text is json.dumps' with the same options,
+    for non-ASCII text, nesting, floats and key order (a changed option would change every message and hash)."""
+    values = [{"b": "é<ü>", "a": [1, 2.5, None, True, {"z": "ß", "y": -0.0}]}, "plain", [], 1e21, {"k": "\u2028"}]
+    for value in values:
+        assert json_text(value) == json.dumps(value, ensure_ascii=False)
+        assert canonical_json(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canonical_json({"b": 1, "a": 2}) == '{"a":2,"b":1}' and json_text({"b": 1, "a": 2}) == '{"b": 1, "a": 2}'
