@@ -350,6 +350,10 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
         self._in_flight: _StepInFlight | None = None  # the step begun and not finished (see begin_step)
         self.episode_index = -1  # counts resets: lets observers tell episodes apart
         self.scored = True  # False on private rehearsal forks: episodes end unscored
+        # The offered tool names (`offered_tool_names`), read once per task's list of tools, not at every step
+        # and every reset; a backend's list (a task that lists none) until the backend hands out another.
+        self._offered_by_task: KeptByIdentity[frozenset[str]] = KeptByIdentity(65_536)
+        self._offered_by_backend: tuple[Any, frozenset[str]] = (None, frozenset())
 
     @property
     def backend(self) -> Backend | None:
@@ -732,18 +736,14 @@ class ToolCallEnv(PerEnvCall, gym.Env[str, str]):
             if self.backend is None:
                 return frozenset()
             tools = self.backend.tools  # read once until the backend hands out another list
-            seen, names = self.__dict__.get("_offered_by_backend", (None, frozenset()))
+            seen, names = self._offered_by_backend
             if tools is not seen:
                 names = tool_names_of(tools)
                 self._offered_by_backend = (tools, names)
             return names
         tools = self.task.tools
-        # Read once per task's list of tools, not at every step and every reset.
-        offered = self.__dict__.get("_offered")
-        if offered is None:  # built once per env (setdefault would build a store at every call)
-            offered = self._offered = KeptByIdentity(65_536)
-        names = offered.get(tools)
-        return names if names is not None else offered.put(tools, tool_names_of(tools))
+        names = self._offered_by_task.get(tools)
+        return names if names is not None else self._offered_by_task.put(tools, tool_names_of(tools))
 
     def build_info(self, results: list[ToolResult], errors: list[CallError]) -> dict[str, Any]:
         """The ``info`` dict of a reset or step (see the README for its keys)."""

@@ -320,8 +320,8 @@ def _fast_check(schema: Any) -> Callable[[Any], bool] | None:
 def _messages(validator: Draft202012Validator, instance: Any) -> list[str]:
     # Collecting jsonschema's errors costs about half a plain env step, and a policy repeats its wrong calls
     # (a group of samples of one task, a random policy's few shapes): the messages are kept per validator
-    # and instance. The key is the instance's repr, which tells apart what jsonschema tells apart (1, 1.0
-    # and True; a list and a tuple). Long instances are not kept (memory).
+    # and instance. The key is the instance's repr, which tells apart what jsonschema's messages tell apart
+    # (1, 1.0 and True; a list and a tuple; key order). Long instances are not kept (memory).
     text = repr(instance)
     kept = _KEPT_MESSAGES.get(validator, text)
     if kept is not None:
