@@ -712,8 +712,54 @@ def key_results(results: dict[str, Any]) -> str:
         )
         if name != "grpo-real" and r["live_calls"] == 0 and real and real["mean"] and real["mean"] > 0:
             line += f"; {100 * d['mean'] / real['mean']:.0f}% of `grpo-real`'s gain"
+        fidelity = r.get("fidelity_vs_start")
+        if fidelity and fidelity["mean"] is not None:
+            flo, fhi = fidelity["ci95"]
+            line += (
+                f"; its env role's fidelity on `val` calls {100 * fidelity['mean']:+.1f} points against the start's "
+                f"(95% CI {100 * flo:+.1f} to {100 * fhi:+.1f})"
+            )
         lines.append(line + ".")
+    if real is not None:
+        lines.append(f"    * {goal_check(results)}")
     return "\n".join(lines)
+
+
+def goal_check(results: dict[str, Any]) -> str:
+    """Whether the benchmark's goal holds, and for each imagination-only arm (0 live calls) which part does not:
+    its paired interval above 0, at least half of ``grpo-real``'s gain, 3 or more seeds, trained by the task reward
+    alone (no penalty on unusable output), and its env role's fidelity above the start's, paired interval above 0."""
+    real = (results.get("grpo-real") or {}).get("paired_vs_start")
+    if not real or real["mean"] is None or real["ci95"][0] <= 0:
+        return "Goal: not met (`grpo-real` is not above the start, so there is no gain to recover)."
+    verdicts = []
+    for name, r in results.items():
+        d = r.get("paired_vs_start")
+        if name in ("untrained", "grpo-real") or r["live_calls"] != 0 or not d or d["mean"] is None:
+            continue
+        missing = []
+        if d["ci95"][0] <= 0:
+            missing.append("its paired interval is not above 0")
+        if d["mean"] < 0.5 * real["mean"]:
+            missing.append(f"{100 * d['mean'] / real['mean']:.0f}% of `grpo-real`'s gain, under half")
+        if len(r["seeds"]) < 3:
+            missing.append("fewer than 3 seeds")
+        if r.get("invalid_penalty") is None:  # the goal asks for the task reward alone
+            missing.append("what trained it (the penalty on unusable output) was not recorded")
+        elif r["invalid_penalty"]:
+            missing.append(f"trained with the penalty on unusable output ({r['invalid_penalty']:g})")
+        fidelity = r.get("fidelity_vs_start")
+        if fidelity is None or fidelity["mean"] is None:
+            missing.append("its env role's fidelity was not measured")
+        elif fidelity["ci95"][0] <= 0:
+            missing.append("its env role's fidelity interval is not above 0")
+        verdicts.append((name, missing))
+    met = [name for name, missing in verdicts if not missing]
+    if met:
+        return "Goal: **met** by " + ", ".join(f"`{n}`" for n in met) + "."
+    if not verdicts:
+        return "Goal: not met (no imagination-only arm in this table)."
+    return "Goal: **not met**: " + "; ".join(f"`{n}`: {', '.join(m)}" for n, m in verdicts) + "."
 
 
 def kernel_table(paths: list[str]) -> str:
@@ -742,12 +788,40 @@ def kernel_table(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(path: str, val_block: str = "learning-val") -> str:
+def environment_note(results: dict[str, Any]) -> str:
+    """One line on where the table's runs ran: the environment every arm's seeds share (code, CPU kernels,
+    precision, threads, device, versions), or which arms ran elsewhere or were not recorded (results kept before
+    environments were recorded)."""
+    recorded = {name: r.get("environment") for name, r in results.items()}
+    missing = [name for name, env in recorded.items() if env is None]
+    shared = common_environment([env for env in recorded.values() if env is not None])
+    if len(missing) == len(recorded):
+        return "Environment: not recorded (these runs were made before the benchmark recorded it)."
+    if shared is None:
+        codes = ", ".join(
+            f"`{n}` {e.get('code', '?')}/{e.get('cpu_capability', '?')}" for n, e in recorded.items() if e
+        )
+        return (
+            f"Environment: **the arms ran in different environments** ({codes}); their pairings say which seeds pair."
+        )
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(shared.get("versions", {}).items()))
+    line = (
+        f"Environment, the same for every run and its start: code `{shared.get('code', '?')}`, "
+        f"{shared.get('device', '?')}, CPU kernels {shared.get('cpu_capability', '?')}, "
+        f"{shared.get('precision', '?')}, {shared.get('threads', '?')} torch thread(s), Python "
+        f"{shared.get('python', '?')}; {versions}."
+    )
+    if missing:
+        line += f" Not recorded for: {', '.join(f'`{n}`' for n in missing)}."
+    return line
+
+
+def write_docs(path: str, block: str | None = None) -> str:
     """Rewrite docs/learning.md's blocks from a kept ``results.json``: a ``val`` run (a go/no-go) writes
-    ``val_block`` (the page has one per go/no-go); a ``test-id`` run ``learning-key``, ``learning-main``,
-    ``learning-cost`` and ``learning-kinds``. Where the run kept training transcripts, their outcomes go to
-    ``<block>-transcripts`` (``learning-transcripts`` for a ``test-id`` run). Trains nothing; returns the main
-    table."""
+    ``block`` (default ``learning-val``; the page has one per go/no-go); a ``test-id`` run the blocks
+    ``<block>-key``, ``-main``, ``-environment``, ``-cost`` and ``-kinds`` (default prefix ``learning``: the
+    current table; an earlier table kept on the page has its own prefix). Where the run kept training
+    transcripts, their outcomes go to ``<block>-transcripts``. Trains nothing; returns the main table."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _docs import write_block
 
@@ -755,20 +829,23 @@ def write_docs(path: str, val_block: str = "learning-val") -> str:
     text = table(results)
     is_val = next(iter(results.values()))["split"] == "val"
     if is_val:
-        blocks = {val_block: text + "\n\n" + cost_table(results) + "\n\n" + kind_table(results)}
+        block = block or "learning-val"
+        blocks = {block: text + "\n\n" + cost_table(results) + "\n\n" + kind_table(results)}
     else:
+        block = block or "learning"
         blocks = {
-            "learning-key": key_results(results),
-            "learning-main": text,
-            "learning-cost": cost_table(results),
-            "learning-kinds": kind_table(results),
+            f"{block}-key": key_results(results),
+            f"{block}-main": text,
+            f"{block}-environment": environment_note(results),
+            f"{block}-cost": cost_table(results),
+            f"{block}-kinds": kind_table(results),
         }
     transcripts = transcript_table(results)
     if transcripts is not None:
-        blocks[f"{val_block if is_val else 'learning'}-transcripts"] = transcripts
-    for block, body in blocks.items():
-        changed = write_block("learning.md", block, body)
-        print(f"docs/learning.md: {block} {'rewritten' if changed else 'unchanged'}")
+        blocks[f"{block}-transcripts"] = transcripts
+    for name, body in blocks.items():
+        changed = write_block("learning.md", name, body)
+        print(f"docs/learning.md: {name} {'rewritten' if changed else 'unchanged'}")
     return text
 
 
@@ -795,9 +872,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--docs-block",
-        default="learning-val",
+        default=None,
         metavar="NAME",
-        help="with --write-docs of a val run: the page's block it writes (one per go/no-go)",
+        help="with --write-docs: a val run's block (default learning-val; one per go/no-go), or the prefix of a "
+        "test-id run's blocks (default learning: the current table)",
     )
     parser.add_argument(
         "--kernels",
@@ -914,7 +992,8 @@ def report(args, arms: list[str], seeds: list[int], t0: float) -> dict[str, Any]
         "minutes": round((time.monotonic() - t0) / 60, 1),
     }
     (out / "results.json").write_text(json.dumps(summary, indent=1))
-    text = table(results) + "\n\n" + cost_table(results) + "\n\n" + kind_table(results) if results else ""
+    parts = (table, environment_note, cost_table, kind_table)
+    text = "\n\n".join(part(results) for part in parts) if results else ""
     if results and transcript_table(results):
         text += "\n\n" + transcript_table(results)
     (out / "table.md").write_text(text + "\n")

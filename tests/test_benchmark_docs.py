@@ -109,8 +109,9 @@ def test_the_learning_blocks_are_the_scripts_rendering_of_the_kept_json(monkeypa
     written = {}
     docs_helper = sys.modules.get("_docs") or _load("_docs")  # what write_docs imports, loaded once
     monkeypatch.setattr(docs_helper, "write_block", lambda page, name, text: written.update({name: text}))
-    learning.write_docs(str(ROOT / "docs" / "results" / "learning_2026-12-06.json"))
-    assert set(written) == {"learning-key", "learning-main", "learning-cost", "learning-kinds"}
+    learning.write_docs(str(ROOT / "docs" / "results" / "learning_2026-12-06.json"), "learning-2026-12-06")
+    parts = ("key", "main", "environment", "cost", "kinds")
+    assert set(written) == {f"learning-2026-12-06-{part}" for part in parts}
     for name, text in written.items():
         assert text == _block("learning.md", name), name
     # the kept per-run files are what the aggregate was made from: same outcomes, task by task
@@ -301,6 +302,64 @@ def test_the_learning_summary_pairs_the_env_roles_fidelity_call_by_call():
     assert head.endswith("env-role fields on val calls (vs start, points; won/lost calls) |")
     assert start_row.endswith("| 50.0% |") and arm_row.split("|")[-2].strip().startswith("66.7%, +16.7 (")
     assert results["envace-blind"]["environment"] == here  # the one environment its seeds ran in
+
+
+def _arm(paired: tuple[float, float, float] | None, fidelity=None, seeds=3, live=0, penalty=0.0) -> dict:
+    """A summarized arm's fields that the key results and the goal check read."""
+    d = None if paired is None else {"mean": paired[0], "ci95": [paired[1], paired[2]], "tasks": 288}
+    f = None if fidelity is None else {"mean": fidelity[0], "ci95": [fidelity[1], fidelity[2]]}
+    return {"seeds": list(range(seeds)), "paired_vs_start": d, "fidelity_vs_start": f, "live_calls": live,
+            "logged_results": 0, "invalid_penalty": penalty, "split": "test-id"}  # fmt: skip
+
+
+def test_the_goal_check_names_what_each_imagination_arm_misses():
+    """The goal: an imagination-only arm (0 live calls, the task reward alone, 3 seeds) above the start with its
+    paired interval above 0, at least half of grpo-real's gain, and its env role's fidelity interval above 0."""
+    learning = _load("learning")
+    real = _arm((0.10, 0.05, 0.15), live=200)
+    good = _arm((0.06, 0.01, 0.11), fidelity=(0.04, 0.01, 0.07))
+    assert learning.goal_check({"grpo-real": real, "envace-blind": good}) == "Goal: **met** by `envace-blind`."
+    short = {
+        "grpo-real": real,
+        "envace-blind": _arm((0.04, 0.01, 0.08), fidelity=(0.04, 0.01, 0.07)),  # 40% of the gain
+        "envace-blind-penalty": _arm((0.08, 0.02, 0.12), fidelity=(0.04, 0.01, 0.07), penalty=0.1),
+        "envace-log": _arm((0.08, -0.01, 0.12), fidelity=(0.01, -0.02, 0.04), seeds=2),
+    }
+    text = learning.goal_check(short)
+    assert text.startswith("Goal: **not met**: ")
+    assert "`envace-blind`: 40% of `grpo-real`'s gain, under half;" in text
+    assert "`envace-blind-penalty`: trained with the penalty on unusable output (0.1);" in text
+    assert text.endswith(
+        "`envace-log`: its paired interval is not above 0, fewer than 3 seeds, "
+        "its env role's fidelity interval is not above 0."
+    )
+    unmeasured = learning.goal_check({"grpo-real": real, "envace-blind": _arm((0.06, 0.01, 0.11), penalty=None)})
+    assert unmeasured == (
+        "Goal: **not met**: `envace-blind`: what trained it (the penalty on unusable output) was not recorded, "
+        "its env role's fidelity was not measured."
+    )
+    no_gain = {"grpo-real": _arm((0.02, -0.01, 0.05), live=200), "envace-blind": good}
+    assert learning.goal_check(no_gain).startswith("Goal: not met (`grpo-real` is not above the start")
+    key = learning.key_results({"grpo-real": real, "envace-blind": good}).splitlines()
+    assert "60% of `grpo-real`'s gain; its env role's fidelity on `val` calls +4.0 points" in key[2]
+    assert key[-1] == "    * Goal: **met** by `envace-blind`."
+
+
+def test_the_environment_note_says_where_the_runs_ran_or_that_they_differ():
+    learning = _load("learning")
+    from envace_gym.agents.provenance import run_environment
+
+    here = run_environment(precision="float32")
+    same = {"untrained": {"environment": here}, "grpo-real": {"environment": here}}
+    note = learning.environment_note(same)
+    assert note.startswith(f"Environment, the same for every run and its start: code `{here['code']}`")
+    assert f"CPU kernels {here['cpu_capability']}, float32" in note and f"torch {here['versions']['torch']}" in note
+    other = {**here, "cpu_capability": "AVX512" if here["cpu_capability"] != "AVX512" else "AVX2"}
+    differ = learning.environment_note({"untrained": {"environment": here}, "grpo-real": {"environment": other}})
+    assert "**the arms ran in different environments**" in differ and "AVX512" in differ
+    partly = learning.environment_note({"untrained": {"environment": here}, "grpo-real": {"environment": None}})
+    assert partly.endswith("Not recorded for: `grpo-real`.")
+    assert learning.environment_note({"a": {}}).startswith("Environment: not recorded")
 
 
 def test_the_learning_summary_says_what_trained_an_arm_and_where():
