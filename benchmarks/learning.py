@@ -788,6 +788,52 @@ def kernel_table(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
+#: How the README's headline names each arm (arms not named here show their benchmark name).
+HEADLINE_NAMES = {
+    "grpo-real": "GRPO on the real tools",
+    "envace-blind": "EnvACE under imagination, env role shown no real result, task reward alone",
+    "envace-blind-penalty": "the same, plus the penalty on unusable output",
+    "envace-log": "EnvACE under imagination, env role shown other train tasks' logged results, task reward alone",
+    "envace-log-penalty": "the same, plus the penalty on unusable output",
+    "envace-ref": "EnvACE under imagination, env role shown the task's own reference results (a leak)",
+}
+
+
+def headline(results: dict[str, Any]) -> str:
+    """The README's headline table: each trained arm's success against the start on the evaluation split, the
+    paired difference (bold where its interval is above 0), its env role's fidelity against the start's, and
+    what training cost in live calls and real results shown."""
+    split = next(iter(results.values()))["split"]
+    start = results.get("untrained", {}).get(split, {})
+    lines = [
+        f"| arm | {split}, {start.get('episodes', 0)} tasks: start -> trained | paired difference, points (95% CI) "
+        "| env role's fields on val calls, vs start (95% CI) | live tool calls in training (real results shown) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        d = r.get("paired_vs_start")
+        if name == "untrained" or not d or d["mean"] is None:
+            continue
+        paired_text = _ci_points(d)
+        fid = r.get("fidelity_vs_start")
+        live = f"{r['live_calls']:,.0f}"
+        cells = (
+            HEADLINE_NAMES.get(name, name),
+            f"{_pct(start.get('success'))} -> {_pct(r.get(split, {}).get('success'))}",
+            f"**{paired_text}**" if d["ci95"][0] > 0 else paired_text,
+            "-" if not fid or fid["mean"] is None else _ci_points(fid),
+            f"{f'**{live}**' if r['live_calls'] == 0 else live} ({r['logged_results']:,.0f})",
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _ci_points(d: dict[str, Any]) -> str:
+    """A paired figure in points with its interval: ``+4.5 (+1.0 to +8.3)`` (`_delta` adds won/lost)."""
+    lo, hi = d["ci95"]
+    return f"{100 * d['mean']:+.1f} ({100 * lo:+.1f} to {100 * hi:+.1f})"
+
+
 def environment_note(results: dict[str, Any]) -> str:
     """One line on where the table's runs ran: the environment every arm's seeds share (code, CPU kernels,
     precision, threads, device, versions), or which arms ran elsewhere or were not recorded (results kept before
@@ -820,8 +866,9 @@ def write_docs(path: str, block: str | None = None) -> str:
     """Rewrite docs/learning.md's blocks from a kept ``results.json``: a ``val`` run (a go/no-go) writes
     ``block`` (default ``learning-val``; the page has one per go/no-go); a ``test-id`` run the blocks
     ``<block>-key``, ``-main``, ``-environment``, ``-cost`` and ``-kinds`` (default prefix ``learning``: the
-    current table; an earlier table kept on the page has its own prefix). Where the run kept training
-    transcripts, their outcomes go to ``<block>-transcripts``. Trains nothing; returns the main table."""
+    current table, which also writes the README's ``learning-headline``; an earlier table kept on the page has its
+    own prefix). Where the run kept training transcripts, their outcomes go to ``<block>-transcripts``. Trains
+    nothing; returns the main table."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _docs import write_block
 
@@ -846,6 +893,11 @@ def write_docs(path: str, block: str | None = None) -> str:
     for name, body in blocks.items():
         changed = write_block("learning.md", name, body)
         print(f"docs/learning.md: {name} {'rewritten' if changed else 'unchanged'}")
+    if not is_val and block == "learning":  # the current table is the README's headline
+        changed = write_block(
+            Path(__file__).resolve().parent.parent / "README.md", "learning-headline", headline(results)
+        )
+        print(f"README.md: learning-headline {'rewritten' if changed else 'unchanged'}")
     return text
 
 
