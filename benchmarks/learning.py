@@ -456,6 +456,21 @@ def paired(runs: list[dict[str, Any]], start: list[dict[str, Any]], split: str) 
     return paired_bootstrap([sum(d) / len(d) for d in per_task.values()])
 
 
+def paired_arms(arm: dict[str, Any], other: dict[str, Any], split: str) -> dict[str, Any] | None:
+    """Two summarized arms against each other on ``split``: each task's outcome in ``arm`` minus ``other``'s on the
+    same task of the same seed, averaged over seeds; bootstrap 95% interval over tasks. None where the two did not
+    run in one recorded environment (`common_environment`) or share no task."""
+    if common_environment([arm.get("environment"), other.get("environment")]) is None:
+        return None
+    theirs = other.get(split, {}).get("outcomes", {})
+    per_task: dict[str, list[int]] = {}
+    for seed, outcomes in arm.get(split, {}).get("outcomes", {}).items():
+        for task, outcome in outcomes.items():
+            if task in theirs.get(seed, {}):
+                per_task.setdefault(task, []).append(outcome - theirs[seed][task])
+    return paired_bootstrap([sum(d) / len(d) for d in per_task.values()]) if per_task else None
+
+
 def fidelity_paired(runs: list[dict[str, Any]], start: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The arm's env-role fidelity against the start's, call by call: each reference call's ``fields`` score
     minus the start's on it (the start evaluated in the same environment as that seed: `start_pairing`),
@@ -712,6 +727,9 @@ def key_results(results: dict[str, Any]) -> str:
         )
         if name != "grpo-real" and r["live_calls"] == 0 and real and real["mean"] and real["mean"] > 0:
             line += f"; {100 * d['mean'] / real['mean']:.0f}% of `grpo-real`'s gain"
+            against = paired_arms(r, results["grpo-real"], split)
+            if against and against["mean"] is not None:
+                line += f", {_ci_points(against)} points against `grpo-real` on the same tasks"
         fidelity = r.get("fidelity_vs_start")
         if fidelity and fidelity["mean"] is not None:
             flo, fhi = fidelity["ci95"]
@@ -853,8 +871,8 @@ def environment_note(results: dict[str, Any]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in sorted(shared.get("versions", {}).items()))
     line = (
         f"Environment, the same for every run and its start: code `{shared.get('code', '?')}`, "
-        f"{shared.get('device', '?')}, CPU kernels {shared.get('cpu_capability', '?')}, "
-        f"{shared.get('precision', '?')}, {shared.get('threads', '?')} torch thread(s), Python "
+        f"device {shared.get('device', '?')}, CPU kernels {shared.get('cpu_capability', '?')}, "
+        f"{shared.get('precision', '?')}, torch threads {shared.get('threads', '?')}, Python "
         f"{shared.get('python', '?')}; {versions}."
     )
     if missing:

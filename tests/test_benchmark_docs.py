@@ -123,6 +123,52 @@ def test_the_learning_blocks_are_the_scripts_rendering_of_the_kept_json(monkeypa
     assert arms["envace-ref"]["live_calls"] == 0 < arms["envace-ref"]["logged_results"]
 
 
+def test_the_current_learning_table_and_the_readme_headline_are_the_scripts_rendering(monkeypatch):
+    """The page's current table, its key results and environment, and the README's headline are what the script
+    writes from the kept JSON; that JSON was made from the kept per-run files, every run and its start in one
+    recorded environment, no seed refused."""
+    learning = _load("learning")
+    written = {}
+    docs_helper = sys.modules.get("_docs") or _load("_docs")
+    monkeypatch.setattr(docs_helper, "write_block", lambda page, name, text: written.update({name: text}))
+    kept = ROOT / "docs" / "results" / "learning_2026-12-08.json"
+    learning.write_docs(str(kept))
+    parts = ("key", "main", "environment", "cost", "kinds", "transcripts")
+    assert set(written) == {f"learning-{part}" for part in parts} | {"learning-headline"}
+    for name, text in written.items():
+        assert text == _block("../README.md" if name == "learning-headline" else "learning.md", name), name
+    arms = json.loads(kept.read_text())["arms"]
+    environment = arms["untrained"]["environment"]
+    for name, arm in arms.items():
+        assert arm["environment"] == environment and arm["seeds"] == [0, 1, 2], name
+        assert not (arm.get("pairing") or {}).get("refused"), name
+        for seed in ("0", "1", "2"):
+            run = json.loads((ROOT / "docs" / "results" / "learning_runs_2026-12-08" / f"{name}-seed{seed}"
+                              / "result.json").read_text())  # fmt: skip
+            assert run["evals"]["test-id"]["outcomes"] == arm["test-id"]["outcomes"][seed], (name, seed)
+            assert run["environment"] == environment
+    blind = arms["envace-blind"]
+    assert (blind["live_calls"], blind["logged_results"], blind["invalid_penalty"]) == (0, 0, 0)
+    assert blind["reward"] == "bound"
+    # the transcripts' outcomes are recomputable from the kept training episodes
+    runs = ROOT / "docs" / "results" / "learning_runs_2026-12-08"
+    counts = [learning.transcript_outcomes(runs / f"envace-blind-seed{k}") for k in range(3)]
+    assert learning._pooled(counts) == blind["transcripts"]
+
+
+def test_two_arms_pair_only_where_they_ran_in_one_environment():
+    learning = _load("learning")
+    from envace_gym.agents.provenance import run_environment
+
+    here = run_environment(precision="float32")
+    a = {"environment": here, "test-id": {"outcomes": {"0": {"t1": 1, "t2": 1}, "1": {"t3": 0}}}}
+    b = {"environment": here, "test-id": {"outcomes": {"0": {"t1": 0, "t2": 1}, "1": {"t3": 1, "t4": 1}}}}
+    d = learning.paired_arms(a, b, "test-id")
+    assert (d["mean"], d["won"], d["lost"], d["tasks"]) == (0.0, 1, 1, 3)  # t1 +1, t2 0, t3 -1; t4 unpaired
+    assert learning.paired_arms(a, {**b, "environment": {**here, "cpu_capability": "X"}}, "test-id") is None
+    assert learning.paired_arms(a, {**b, "environment": None}, "test-id") is None
+
+
 def test_the_env_step_block_is_in_the_scripts_format():
     """No JSON of the env-step figures shown was kept: the block is what the script writes from a --json
     output with those figures, so its next run replaces it in place."""
