@@ -39,9 +39,9 @@ start's answer to the same call: has training put an action -> response model in
 (rewards, ``trained_rows``, ``groups_with_spread``, ``rollout_s``, ``update_s``, live / logged / diagnostic /
 verifier calls...), every evaluation episode's outcome by task id, and the env role's fidelity with its
 per-call records. ``results.json`` aggregates them; ``table.md`` and ``learning.png`` are written from it, and
-``--write-docs RESULTS.json`` renders the docs' tables from a kept one (``--plot RESULTS.json`` its figure, as
-``RESULTS.png`` beside it). ``--resume`` keeps finished runs and continues an arm cut short from its newest
-checkpoint (LoRA arms from its adapter file, over the same start).
+``--write-docs RESULTS.json`` renders the docs' tables and the README's headline from a kept one
+(``--plot RESULTS.json`` its figure, as ``RESULTS.png`` beside it). ``--resume`` keeps finished runs and
+continues an arm cut short from its newest checkpoint (LoRA arms from its adapter file, over the same start).
 
     python benchmarks/learning.py        # the default run: untrained, grpo-real, envace-blind, envace-blind-penalty
     python benchmarks/learning.py --eval-split val --arms untrained,envace-blind,envace-log --seeds 0  # go/no-go
