@@ -888,7 +888,7 @@ def write_docs(path: str, block: str | None = None) -> str:
     own prefix). Where the run kept training transcripts, their outcomes go to ``<block>-transcripts``. Trains
     nothing; returns the main table."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _docs import write_block
+    from _docs import DOCS, write_block
 
     results = json.loads(Path(path).read_text())["arms"]
     text = table(results)
@@ -912,9 +912,7 @@ def write_docs(path: str, block: str | None = None) -> str:
         changed = write_block("learning.md", name, body)
         print(f"docs/learning.md: {name} {'rewritten' if changed else 'unchanged'}")
     if not is_val and block == "learning":  # the current table is the README's headline
-        changed = write_block(
-            Path(__file__).resolve().parent.parent / "README.md", "learning-headline", headline(results)
-        )
+        changed = write_block(DOCS.parent / "README.md", "learning-headline", headline(results))
         print(f"README.md: learning-headline {'rewritten' if changed else 'unchanged'}")
     return text
 
